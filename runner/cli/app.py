@@ -1,0 +1,66 @@
+"""The Typer application and the one place that turns exceptions into exit codes.
+
+Exit codes (README): 0 ok/publishable, 1 internal error, 2 input error, 3 incomplete evidence
+(evidence written, no scorecard), 4 comparison or conformance refused.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from runner.evaluator.canonical import CanonicalError
+from runner.evaluator.errors import EvidenceError, InputError
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_INPUT = 2
+EXIT_INCOMPLETE = 3
+EXIT_REFUSED = 4
+
+app = typer.Typer(
+    name="bench",
+    help="agent-fault-bench: witnessed fault injection for agent runs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def guarded(fn: F) -> F:
+    """Input mistakes become one clear line and exit 2; never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except InputError as exc:
+            err.print(f"[bold red]error:[/] {exc.render()}", markup=True)
+            raise typer.Exit(EXIT_INPUT) from None
+        except CanonicalError as exc:
+            err.print(f"[bold red]error:[/] {exc}")
+            raise typer.Exit(EXIT_INPUT) from None
+        except EvidenceError as exc:
+            err.print(f"[bold red]evidence error:[/] {exc}")
+            raise typer.Exit(EXIT_INPUT) from None
+        except KeyboardInterrupt:
+            err.print("interrupted")
+            raise typer.Exit(130) from None
+        except Exception:
+            err.print("[bold red]internal error[/] (a bug in bench; please report it):")
+            traceback.print_exc(file=sys.stderr)
+            raise typer.Exit(EXIT_INTERNAL) from None
+
+    return wrapper  # type: ignore[return-value]

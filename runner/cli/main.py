@@ -1,0 +1,14 @@
+"""Entry point of the `bench` console script: importing a command module registers its commands."""
+
+from __future__ import annotations
+
+from . import protocol  # noqa: F401  (registers commands)
+from .app import app
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""`bench canonicalize | digest | plan | freeze | amend | schema`: specs, identities, lifecycle."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from runner.evaluator import freeze as freezing
+from runner.evaluator.canonical import canonical_bytes, digest, parse_json
+from runner.evaluator.errors import InputError
+from runner.evaluator.identities import compute
+from runner.evaluator.matrix import resolve
+from runner.evaluator.schemas import write_schemas
+from runner.evaluator.spec import load_spec
+
+from .app import app, guarded, out
+
+SpecArg = Annotated[Path, typer.Argument(help="a spec file (TOML)")]
+
+
+def _read_json(path: Path) -> object:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", file=str(path)) from exc
+    try:
+        return parse_json(data)
+    except ValueError as exc:
+        raise InputError(f"not valid JSON: {exc}", file=str(path)) from exc
+
+
+@app.command()
+@guarded
+def canonicalize(file: Annotated[Path, typer.Argument(help="a JSON file")]) -> None:
+    """Print the RFC 8785 canonical bytes of a JSON file."""
+    sys.stdout.buffer.write(canonical_bytes(_read_json(file)))
+    sys.stdout.buffer.flush()
+
+
+@app.command("digest")
+@guarded
+def digest_cmd(file: Annotated[Path, typer.Argument(help="a JSON file")]) -> None:
+    """Print the sha256 digest of a JSON file's canonical bytes."""
+    out.print(digest(_read_json(file)))
+
+
+STATUS_TEXT = {
+    freezing.ProtocolStatus.DRAFT: "draft",
+    freezing.ProtocolStatus.FROZEN: "frozen",
+    freezing.ProtocolStatus.AMENDMENT_REQUIRED: "frozen protocol changed: amendment required",
+}
+
+
+@app.command()
+@guarded
+def plan(spec: SpecArg, json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Resolve a spec: cells per stratum, every identity, and the draft/frozen status."""
+    s = load_spec(spec)
+    m = resolve(s)
+    ids = compute(s, spec, m)
+    state, _ = freezing.status(spec, ids)
+    strata = Counter(slot.stratum for slot in m.slots)
+    if json_out:
+        doc = {
+            "protocol_hash": ids.protocol_hash,
+            "matrix_hash": ids.matrix_hash,
+            "policy_hash": ids.policy_hash,
+            "evaluator_digest": ids.evaluator_digest,
+            "cells": m.cell_count,
+            "status": state.value,
+            "identities": ids.model_dump(mode="json"),
+            "strata": {k: v * len(m.subjects) for k, v in sorted(strata.items())},
+            "subjects": dict(sorted(m.subjects.items())),
+        }
+        sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        return
+    out.print(f"[bold]{s.protocol.id}[/] {s.protocol.version}: {STATUS_TEXT[state]}")
+    table = Table(title=f"{m.cell_count} cells ({len(m.slots)} slots x {len(m.subjects)} subjects)")
+    table.add_column("stratum")
+    table.add_column("cells", justify="right")
+    for k, v in sorted(strata.items()):
+        table.add_row(k, str(v * len(m.subjects)))
+    out.print(table)
+    for name, value in ids.model_dump(mode="json").items():
+        if isinstance(value, dict):
+            for sub, h in sorted(value.items()):
+                out.print(f"  subject_config_hash[{sub}] {h}", markup=False)
+        else:
+            out.print(f"  {name:<24} {value}")
+
+
+@app.command()
+@guarded
+def freeze(
+    spec: SpecArg, reason: Annotated[str, typer.Option(help="why")] = "initial freeze"
+) -> None:
+    """Write a freeze record binding the spec's protocol_hash (no-op if already frozen)."""
+    s = load_spec(spec)
+    ids = compute(s, spec)
+    rec = freezing.freeze(spec, ids, reason)
+    out.print(f"frozen {rec.protocol_hash} in {freezing.log_path(spec)}")
+
+
+@app.command()
+@guarded
+def amend(
+    spec: SpecArg, reason: Annotated[str, typer.Option(help="why the protocol changed")]
+) -> None:
+    """Record an amendment: the new protocol_hash with its parent and the reason."""
+    s = load_spec(spec)
+    ids = compute(s, spec)
+    rec = freezing.amend(spec, ids, reason)
+    out.print(f"amended {rec.parent_protocol_hash} -> {rec.protocol_hash}")
+
+
+@app.command()
+@guarded
+def schema(
+    directory: Annotated[Path, typer.Option(help="where to write")] = Path("schemas"),
+    check: Annotated[bool, typer.Option(help="only report drift, exit 1 on any")] = False,
+) -> None:
+    """Regenerate the JSON Schemas in schemas/ from the typed models."""
+    changed = write_schemas(directory, check=check)
+    for name in changed:
+        out.print(f"{'drift' if check else 'wrote'} {directory / name}")
+    if check and changed:
+        raise typer.Exit(1)

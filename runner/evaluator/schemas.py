@@ -1,0 +1,52 @@
+"""JSON Schemas generated from the typed models; `bench schema` writes them, a test checks drift."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from .freeze import FreezeRecord
+from .identities import Identities
+from .matrix import Cell, Slot
+from .spec import Spec
+from .witness import WitnessContract, WitnessVerdict
+
+MODELS: dict[str, type[BaseModel]] = {
+    "spec": Spec,
+    "identities": Identities,
+    "slot": Slot,
+    "cell": Cell,
+    "freeze-record": FreezeRecord,
+    "witness-contract": WitnessContract,
+    "witness-verdict": WitnessVerdict,
+}
+
+
+def register(name: str, model: type[BaseModel]) -> None:
+    MODELS[name] = model
+
+
+def render(model: type[BaseModel]) -> str:
+    schema = model.model_json_schema(mode="validation", by_alias=True)
+    return json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def write_schemas(directory: Path, check: bool = False) -> list[str]:
+    """Write (or with check=True only compare) every schema; returns the names that differ."""
+    directory.mkdir(parents=True, exist_ok=True)
+    changed = []
+    expected = {f"{name}.schema.json": render(model) for name, model in sorted(MODELS.items())}
+    for fname, text in expected.items():
+        path = directory / fname
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            changed.append(fname)
+            if not check:
+                path.write_text(text, encoding="utf-8")
+    for stale in sorted(p.name for p in directory.glob("*.schema.json")):
+        if stale not in expected:
+            changed.append(stale)
+            if not check:
+                (directory / stale).unlink()
+    return changed

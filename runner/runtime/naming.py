@@ -1,0 +1,161 @@
+"""Per-run resource naming: every host resource an attempt creates carries `afb` + run id.
+
+The prefix is what makes `sweep` safe: it only ever removes resources whose name parses
+back to a run id here. Run ids are 6 lowercase hex chars so that veth names
+(`afb<runid>h<n>`) fit IFNAMSIZ (16 bytes incl. the NUL, so 15 visible chars).
+
+A run that is alive holds an advisory lock (`hold_run`); `sweep` skips live runs by default.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+PREFIX = "afb"
+RUN_ID_LEN = 6
+IFNAMSIZ_MAX = 15  # visible chars; the kernel's IFNAMSIZ (16) includes the NUL
+MAX_INDEX = 99999  # keeps veth names within 15 chars
+LOCK_DIR = Path("/run/afb/locks")
+ENV_RUN = "AFB_RUN"  # env marker on every process we launch (sweep finds them by it)
+ENV_ROLE = "AFB_ROLE"
+
+_RUN_ID = r"[0-9a-f]{6}"
+_CONTAINER_RE = re.compile(rf"^{PREFIX}-(?P<run>{_RUN_ID})-(?P<suffix>[A-Za-z0-9][A-Za-z0-9_.-]*)$")
+_NETNS_RE = re.compile(rf"^{PREFIX}-(?P<run>{_RUN_ID})-(?P<n>\d{{1,5}})$")
+_VETH_RE = re.compile(rf"^{PREFIX}(?P<run>{_RUN_ID})(?P<side>[ha])(?P<n>\d{{1,5}})$")
+_NFT_RE = re.compile(rf"^{PREFIX}_(?P<run>{_RUN_ID})_(?P<n>\d{{1,5}})$")
+_RUN_ID_RE = re.compile(rf"^{_RUN_ID}$")
+
+
+class NamingError(ValueError):
+    """A run id or index that would produce a name outside the scheme."""
+
+
+@dataclass(frozen=True)
+class ParsedName:
+    kind: str  # "container" | "netns" | "veth" | "nft"
+    run_id: str
+    index: int | None  # netns/veth/nft index; None for containers
+    suffix: str | None = None  # container suffix
+    side: str | None = None  # veth side: "h" (host) or "a" (agent/namespace)
+
+
+def new_run_id() -> str:
+    """Fresh random run id (6 lowercase hex chars)."""
+    return secrets.token_hex(RUN_ID_LEN // 2)
+
+
+def check_run_id(run_id: str) -> str:
+    if not _RUN_ID_RE.match(run_id):
+        raise NamingError(f"run id must be {RUN_ID_LEN} lowercase hex chars, got {run_id!r}")
+    return run_id
+
+
+def _check_index(n: int) -> int:
+    if not 0 <= n <= MAX_INDEX:
+        raise NamingError(f"index must be within 0..{MAX_INDEX}, got {n}")
+    return n
+
+
+def container_name(run_id: str, suffix: str) -> str:
+    name = f"{PREFIX}-{check_run_id(run_id)}-{suffix}"
+    if not _CONTAINER_RE.match(name):
+        raise NamingError(f"bad container suffix {suffix!r}")
+    return name
+
+
+def netns_name(run_id: str, n: int) -> str:
+    return f"{PREFIX}-{check_run_id(run_id)}-{_check_index(n)}"
+
+
+def veth_names(run_id: str, n: int) -> tuple[str, str]:
+    """(host side, agent/namespace side) veth names; both fit IFNAMSIZ."""
+    base = f"{PREFIX}{check_run_id(run_id)}"
+    host, agent = f"{base}h{_check_index(n)}", f"{base}a{n}"
+    assert len(host) <= IFNAMSIZ_MAX and len(agent) <= IFNAMSIZ_MAX
+    return host, agent
+
+
+def nft_table_name(run_id: str, n: int) -> str:
+    """Table name; the table lives in the `inet` family."""
+    return f"{PREFIX}_{check_run_id(run_id)}_{_check_index(n)}"
+
+
+def parse_name(name: str) -> ParsedName | None:
+    """Recognise any of our names; None for anything that is not ours."""
+    if m := _NETNS_RE.match(name):
+        return ParsedName("netns", m["run"], int(m["n"]))
+    if m := _CONTAINER_RE.match(name):
+        return ParsedName("container", m["run"], None, suffix=m["suffix"])
+    if m := _VETH_RE.match(name):
+        return ParsedName("veth", m["run"], int(m["n"]), side=m["side"])
+    if m := _NFT_RE.match(name):
+        return ParsedName("nft", m["run"], int(m["n"]))
+    return None
+
+
+def parse_as(kind: str, name: str) -> ParsedName | None:
+    """Like parse_name but only accepts the given kind.
+
+    Netns and container names overlap (`afb-<run>-<digits>`), so callers that know
+    what they are looking at use this.
+    """
+    if kind == "container":
+        m = _CONTAINER_RE.match(name)
+        return ParsedName("container", m["run"], None, suffix=m["suffix"]) if m else None
+    p = parse_name(name)
+    return p if p is not None and p.kind == kind else None
+
+
+def matches_filter(run_id: str, prefix_filter: str | None) -> bool:
+    """`prefix_filter` selects run ids by prefix (e.g. a whole run id); None = every run."""
+    return prefix_filter is None or run_id.startswith(prefix_filter)
+
+
+# --- liveness lock ---------------------------------------------------------------------------
+
+
+def _lock_path(run_id: str) -> Path:
+    return LOCK_DIR / f"{check_run_id(run_id)}.lock"
+
+
+@contextlib.contextmanager
+def hold_run(run_id: str) -> Iterator[None]:
+    """Mark a run as live for its duration (flock); sweep leaves live runs alone."""
+    LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    path = _lock_path(run_id)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+    finally:
+        os.close(fd)
+
+
+def run_is_live(run_id: str) -> bool:
+    """True when some process holds the run's lock (flock conflicts even within one process)."""
+    path = _lock_path(run_id)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
