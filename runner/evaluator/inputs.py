@@ -1,4 +1,4 @@
-"""The evaluator's build inputs and `evaluator_digest`, from one declaration (evaluator-inputs.json).
+"""The evaluator's build inputs and `evaluator_digest`, from one declaration.
 
 The digest is derived from the files themselves, never from a version string the running process
 reports: NAR-style SHA-256 over the declared paths, so `nix hash path` over an export of the same
@@ -39,7 +39,9 @@ def load_declaration(root: Path) -> InputsDeclaration:
     try:
         raw = parse_json(path.read_bytes())
     except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read the evaluator input declaration: {exc}", file=str(path))
+        raise InputError(
+            f"cannot read the evaluator input declaration: {exc}", file=str(path)
+        ) from exc
     paths = raw.get("paths")
     if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
         raise InputError("expected a list of relative paths", file=str(path), key="paths")
@@ -79,7 +81,7 @@ def evaluator_digest(root: Path | None = None) -> str:
 
 
 def export_inputs(root: Path, dest: Path) -> None:
-    """Copy exactly the declared inputs to `dest` (symlinks and exec bits kept), for `nix hash path`."""
+    """Copy exactly the declared inputs to `dest` (links and exec bits kept) for `nix hash path`."""
     decl = load_declaration(root)
     for rel in decl.paths:
         source, target = root / rel, dest / rel

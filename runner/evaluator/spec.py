@@ -155,7 +155,7 @@ class PartitionParams(Frozen):
         default=1,
         ge=1,
         le=100,
-        description="release once the drop rule's counter shows this many blocked connection attempts",
+        description="release once the drop rule counted this many blocked connection attempts",
     )
 
 
@@ -227,7 +227,7 @@ class Eligibility(Frozen):
         default=2,
         ge=1,
         le=20,
-        description="a stratum whose cells exhaust this many invalid-injection attempts is NOT_COMPARABLE",
+        description="invalid-injection attempts per cell after which its stratum is NOT_COMPARABLE",
     )
 
     @field_validator("strata")
