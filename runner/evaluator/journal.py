@@ -1,0 +1,192 @@
+"""The evidence store of one run directory: hash-chained append-only journals and a blob store.
+
+Each journal line is the RFC 8785 bytes of an envelope `{seq, prev, at_ns, record}`, where `prev`
+is the digest of the previous line's bytes. A line is fsync'd before `append` returns, so a
+writer that proceeds (e.g. starts recovery after a witness) knows the record is durable. A torn
+last line (crash mid-write) is moved aside to `<journal>.torn-<n>` on reopen, never silently
+dropped; earlier lines are never rewritten.
+
+Layout: RUN_DIR/journals/<name>.jsonl, RUN_DIR/blobs/sha256/<hex>.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from .canonical import canonical_bytes, parse_json, sha256_digest
+from .errors import EvidenceError
+from .records import Record, parse_record
+
+JOURNALS = "journals"
+BLOBS = "blobs/sha256"
+
+
+@dataclass(frozen=True)
+class Entry:
+    seq: int
+    prev: str | None
+    at_ns: str
+    record: Record
+    line_digest: str
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _parse_line(line: bytes, where: str) -> tuple[int, str | None, str, dict[str, Any]]:
+    try:
+        env = parse_json(line)
+    except ValueError as exc:
+        raise EvidenceError(f"{where}: not a JSON record ({exc})") from exc
+    if not isinstance(env, dict) or set(env) != {"seq", "prev", "at_ns", "record"}:
+        raise EvidenceError(f"{where}: not a journal envelope")
+    if canonical_bytes(env) != line:
+        raise EvidenceError(f"{where}: line is not in canonical form (edited?)")
+    return env["seq"], env["prev"], env["at_ns"], env["record"]
+
+
+def read_journal(path: Path) -> Iterator[Entry]:
+    """Yield verified entries; any broken chain, edit or torn line raises EvidenceError."""
+    prev: str | None = None
+    with open(path, "rb") as fh:
+        for n, raw in enumerate(fh, start=1):
+            where = f"{path}: line {n}"
+            if not raw.endswith(b"\n"):
+                raise EvidenceError(f"{where}: torn record (no newline; crashed mid-write?)")
+            line = raw[:-1]
+            seq, p, at_ns, body = _parse_line(line, where)
+            if seq != n:
+                raise EvidenceError(f"{where}: sequence number {seq}, expected {n}")
+            if p != prev:
+                raise EvidenceError(f"{where}: chain broken (prev does not match line {n - 1})")
+            try:
+                record = parse_record(body)
+            except ValueError as exc:
+                raise EvidenceError(f"{where}: invalid record: {exc}") from exc
+            prev = sha256_digest(line)
+            yield Entry(seq, p, at_ns, record, prev)
+
+
+class Journal:
+    """One append-only journal; thread-safe within a process."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._seq, self._prev = self._recover()
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        _fsync_dir(path.parent)
+
+    def _recover(self) -> tuple[int, str | None]:
+        if not self.path.exists():
+            return 0, None
+        data = self.path.read_bytes()
+        keep = data.rfind(b"\n") + 1  # everything after the last newline is a torn record
+        if keep < len(data):
+            n = 1
+            while (torn := self.path.with_name(f"{self.path.name}.torn-{n}")).exists():
+                n += 1
+            torn.write_bytes(data[keep:])
+            with open(self.path, "r+b") as fh:
+                fh.truncate(keep)
+                os.fsync(fh.fileno())
+        seq, prev = 0, None
+        for entry in read_journal(self.path):
+            seq, prev = entry.seq, entry.line_digest
+        return seq, prev
+
+    def append(self, record: BaseModel) -> str:
+        """Durably append; returns the line digest. Returns only after fsync."""
+        body = record.model_dump(mode="json")
+        parse_record(body)  # only known record types enter a journal
+        with self._lock:
+            env = {
+                "seq": self._seq + 1,
+                "prev": self._prev,
+                "at_ns": str(time.time_ns()),
+                "record": body,
+            }
+            line = canonical_bytes(env)
+            os.write(self._fd, line + b"\n")
+            os.fsync(self._fd)
+            self._seq += 1
+            self._prev = sha256_digest(line)
+            return self._prev
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class EvidenceStore:
+    """A run directory's journals and blobs."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        (run_dir / JOURNALS).mkdir(parents=True, exist_ok=True)
+        (run_dir / BLOBS).mkdir(parents=True, exist_ok=True)
+
+    def journal(self, name: str) -> Journal:
+        if not name or "/" in name or name.startswith("."):
+            raise ValueError(f"bad journal name {name!r}")
+        return Journal(self.run_dir / JOURNALS / f"{name}.jsonl")
+
+    def journal_paths(self) -> list[Path]:
+        return sorted((self.run_dir / JOURNALS).glob("*.jsonl"))
+
+    def put_blob(self, data: bytes) -> str:
+        address = sha256_digest(data)
+        path = self.run_dir / BLOBS / address.removeprefix("sha256:")
+        if not path.exists():
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+            _fsync_dir(path.parent)
+        return address
+
+    def put_json_blob(self, value: Any) -> str:
+        return self.put_blob(canonical_bytes(value))
+
+    def get_blob(self, address: str) -> bytes:
+        path = self.run_dir / BLOBS / address.removeprefix("sha256:")
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise EvidenceError(f"blob {address} is missing") from exc
+        if "sha256:" + hashlib.sha256(data).hexdigest() != address:
+            raise EvidenceError(f"blob {address} does not match its address")
+        return data
+
+    def blob_paths(self) -> list[Path]:
+        return sorted(p for p in (self.run_dir / BLOBS).iterdir() if not p.name.startswith("."))
+
+    def records(self) -> Iterator[Record]:
+        for path in self.journal_paths():
+            for entry in read_journal(path):
+                yield entry.record
