@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from .canonical import canonical_bytes, parse_json, sha256_digest
 from .errors import EvidenceError
-from .records import Record, parse_record
+from .records import QuarantinedTail, Record, parse_record
 
 JOURNALS = "journals"
 BLOBS = "blobs/sha256"
@@ -88,27 +88,33 @@ class Journal:
         self.path = path
         self._lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._seq, self._prev = self._recover()
+        self._seq, self._prev, torn = self._recover()
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         _fsync_dir(path.parent)
+        if torn is not None:
+            data = torn.read_bytes()
+            self.append(QuarantinedTail(file=torn.name, sha256=sha256_digest(data), size=len(data)))
 
-    def _recover(self) -> tuple[int, str | None]:
+    def _recover(self) -> tuple[int, str | None, Path | None]:
         if not self.path.exists():
-            return 0, None
+            return 0, None, None
         data = self.path.read_bytes()
         keep = data.rfind(b"\n") + 1  # everything after the last newline is a torn record
+        torn: Path | None = None
         if keep < len(data):
             n = 1
-            while (torn := self.path.with_name(f"{self.path.name}.torn-{n}")).exists():
+            while self.path.with_name(f"{self.path.name}.torn-{n}").exists():
                 n += 1
+            torn = self.path.with_name(f"{self.path.name}.torn-{n}")
             torn.write_bytes(data[keep:])
+            os.sync()  # the torn bytes are durable elsewhere before we cut them here
             with open(self.path, "r+b") as fh:
                 fh.truncate(keep)
                 os.fsync(fh.fileno())
         seq, prev = 0, None
         for entry in read_journal(self.path):
             seq, prev = entry.seq, entry.line_digest
-        return seq, prev
+        return seq, prev, torn
 
     def append(self, record: BaseModel) -> str:
         """Durably append; returns the line digest. Returns only after fsync."""
@@ -186,7 +192,7 @@ class EvidenceStore:
     def blob_paths(self) -> list[Path]:
         return sorted(p for p in (self.run_dir / BLOBS).iterdir() if not p.name.startswith("."))
 
-    def records(self) -> Iterator[Record]:
+    def entries(self) -> Iterator[tuple[str, Entry]]:
         for path in self.journal_paths():
             for entry in read_journal(path):
-                yield entry.record
+                yield path.stem, entry

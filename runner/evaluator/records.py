@@ -140,6 +140,15 @@ class EnvironmentRecorded(Body):
     execution_environment_hash: Digest
 
 
+class QuarantinedTail(Body):
+    """A torn last line found on reopen: moved aside, its bytes hashed here; nothing is lost."""
+
+    type: Literal["quarantined_tail"] = "quarantined_tail"
+    file: str
+    sha256: Digest
+    size: int = Field(ge=0)
+
+
 Record = Annotated[
     RunStarted
     | AttemptStarted
@@ -152,7 +161,8 @@ Record = Annotated[
     | GraderResult
     | AttemptEnded
     | HarnessError
-    | EnvironmentRecorded,
+    | EnvironmentRecorded
+    | QuarantinedTail,
     Field(discriminator="type"),
 ]
 RECORD_ADAPTER: TypeAdapter[Record] = TypeAdapter(Record)

@@ -70,7 +70,7 @@ class ExitStatus(BaseModel):
 
 
 def read_start_time(pid: int) -> str:
-    """Field 22 of /proc/<pid>/stat; comm (field 2) may contain spaces/parens, so split after ')'."""
+    """Field 22 of /proc/<pid>/stat. comm (field 2) may hold spaces: split after the last ')'."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except FileNotFoundError as e:
@@ -150,7 +150,7 @@ class Reaper:
                     with contextlib.suppress(BlockingIOError):
                         os.read(self._wake_r, 4096)
                     continue
-                pid, pidfd = int(key.data), int(key.fd)  # type: ignore[arg-type]
+                pid, pidfd = int(key.data), int(key.fd)
                 got, raw = os.waitpid(pid, os.WNOHANG)
                 if got == 0:
                     continue  # spurious wake-up

@@ -23,6 +23,7 @@ import time
 from typing import Protocol, runtime_checkable
 
 import podman
+from podman.domain.containers import Container
 from podman.errors import APIError, NotFound
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -34,7 +35,7 @@ API_PREFIX = "/v4.0.0/libpod"  # server minimum on Podman 4.x; also accepted by 
 
 # $0 $@ = optional user command, so only builtins (no `set --`) touch positional params.
 # Field 22 of /proc/1/stat is PID 1's starttime (comm of sh has no spaces).
-_STAT22 = "read -r _1 _2 _3 _4 _5 _6 _7 _8 _9 _10 _11 _12 _13 _14 _15 _16 _17 _18 _19 _20 _21 st _rest < /proc/1/stat"
+_STAT22 = "read -r " + " ".join(f"_{i}" for i in range(1, 22)) + " st _rest < /proc/1/stat"
 _BOOT_SCRIPT = (
     f"{_STAT22}; read -r tok < /proc/sys/kernel/random/uuid; "
     f'printf \'%s %s\\n\' "$st" "$tok" > {BOOT_TOKEN_PATH}\n'
@@ -161,7 +162,7 @@ class PodmanSandbox:
             raise SandboxError(f"create {self.name}: {e}") from e
         self.container_id = str(ctr.id)
 
-    def _ctr(self) -> podman.domain.containers.Container:
+    def _ctr(self) -> Container:
         if self.container_id is None:
             raise SandboxError("sandbox not created")
         try:
@@ -266,6 +267,7 @@ class PodmanSandbox:
         deadline = time.monotonic() + timeout
         body = json.dumps({"Detach": False, "Tty": False}).encode()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sel = selectors.DefaultSelector()
         try:
             sock.settimeout(max(timeout, 1.0))
             sock.connect(self.socket_path)
@@ -285,15 +287,13 @@ class PodmanSandbox:
             status = head.split(b"\r\n", 1)[0]
             if b" 101 " not in status and b" 200 " not in status:
                 raise SandboxError(f"exec start: {status.decode(errors='replace')} {rest[:500]!r}")
-            frames, out = bytearray(rest), {}
+            frames, out = bytearray(rest), dict[int, bytearray]()
             _demux(frames, out)
             pending = memoryview(stdin or b"")
-            if stdin is None or not pending:
-                if stdin is not None:
-                    sock.shutdown(socket.SHUT_WR)
+            want_write = len(pending) > 0
+            if stdin is not None and not want_write:
+                sock.shutdown(socket.SHUT_WR)  # empty stdin: EOF right away
             sock.setblocking(False)
-            sel = selectors.DefaultSelector()
-            want_write = stdin is not None and len(pending) > 0
             sel.register(sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if want_write else 0))
             while True:
                 left = deadline - time.monotonic()
@@ -314,6 +314,7 @@ class PodmanSandbox:
                         frames.extend(chunk)
                         _demux(frames, out)
         finally:
+            sel.close()
             sock.close()
 
     def _exec_inspect(self, exec_id: str) -> dict[str, object] | None:
@@ -369,4 +370,4 @@ class PodmanSandbox:
         raise SandboxError(f"get_file {path}: not a regular file")
 
     def close(self) -> None:
-        self.client.close()
+        self.client.close()  # type: ignore[no-untyped-call]

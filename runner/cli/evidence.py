@@ -1,0 +1,171 @@
+"""`bench evaluate | verify | compare | registry`: from evidence to decisions and back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from runner.evaluator.canonical import canonical_bytes
+from runner.evaluator.compare import compare as compare_results
+from runner.evaluator.compare import comparison_md
+from runner.evaluator.errors import InputError
+from runner.evaluator.inputs import evaluator_digest
+from runner.evaluator.registry import Registry
+from runner.evaluator.results import SubjectResult, derive, write_results
+from runner.evaluator.results import verify as verify_run
+
+from .app import EXIT_INCOMPLETE, EXIT_REFUSED, app, err, guarded, out
+
+RunDir = Annotated[Path, typer.Argument(help="a run directory", file_okay=False)]
+DEFAULT_REGISTRY = Path("registry/registry.jsonl")
+
+
+def _need_run_dir(path: Path) -> None:
+    if not (path / "protocol.json").is_file():
+        raise InputError("not a run directory (no protocol.json)", file=str(path))
+
+
+def summary_table(results: dict[str, SubjectResult]) -> Table:
+    t = Table(title="results")
+    for col in ("subject", "decision", "witnessed", "completion", "duplicate effects", "reasons"):
+        t.add_column(col)
+    for subject, r in sorted(results.items()):
+        p = r.evaluation.proof
+        cov = f"{p.coverage.witnessed}/{p.coverage.registered}"
+        if r.scorecard is not None:
+            c = r.scorecard.overall
+            rate = c.completion.rate
+            t.add_row(
+                subject,
+                "[green]publishable[/]",
+                cov,
+                f"{rate.numerator}/{rate.denominator}" if rate else "n/a",
+                str(c.duplicate_effects.duplicate_effects),
+                "",
+            )
+        else:
+            shown = ", ".join(p.reason_codes[:4]) + (" ..." if len(p.reason_codes) > 4 else "")
+            t.add_row(subject, "[red]incomplete evidence[/]", cov, "-", "-", shown)
+    return t
+
+
+def evaluate_and_write(run_dir: Path) -> dict[str, SubjectResult]:
+    from .environment_hook import environment_hook
+
+    _, results, files = derive(run_dir, evaluator_digest(), environment_hook)
+    write_results(run_dir, files)
+    return results
+
+
+@app.command()
+@guarded
+def evaluate(run_dir: RunDir) -> None:
+    """Re-derive proofs and results from a run's evidence alone; write RUN_DIR/results/."""
+    _need_run_dir(run_dir)
+    results = evaluate_and_write(run_dir)
+    out.print(summary_table(results))
+    out.print(f"results in {run_dir / 'results'}")
+    if any(r.scorecard is None for r in results.values()):
+        err.print("incomplete evidence: no scorecard for the subjects marked above")
+        raise typer.Exit(EXIT_INCOMPLETE)
+
+
+@app.command()
+@guarded
+def verify(run_dir: RunDir) -> None:
+    """Recompute every hash, journal chain, blob address and result; name the first mismatch."""
+    _need_run_dir(run_dir)
+    from .environment_hook import environment_hook
+
+    problems = verify_run(run_dir, evaluator_digest(), environment_hook)
+    if problems:
+        err.print(f"[bold red]verify failed:[/] {problems[0]}")
+        for p in problems[1:10]:
+            err.print(f"  also: {p}")
+        raise typer.Exit(EXIT_INCOMPLETE)
+    out.print(f"verified {run_dir}: journals, blobs, protocol and results all re-derive")
+
+
+@app.command()
+@guarded
+def compare(
+    results: Annotated[list[Path], typer.Argument(help="scorecard.json files")],
+    out_dir: Annotated[Path, typer.Option("--out", help="where to write")] = Path("comparison"),
+    registry: Annotated[Path, typer.Option(help="refuse retired results")] = DEFAULT_REGISTRY,
+) -> None:
+    """Compare publishable scorecards (gated); refuse with reasons and write nothing otherwise."""
+    from .environment_hook import environment_pair_check
+
+    reg = Registry(registry)
+    comparison, reasons = compare_results(results, environment_pair_check, reg.retired)
+    if comparison is None:
+        err.print("[bold red]comparison refused[/] (no comparison artifact written):")
+        for r in reasons:
+            err.print(f"  - {r}")
+        raise typer.Exit(EXIT_REFUSED)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = comparison.model_dump(mode="json", by_alias=True)
+    (out_dir / "comparison.json").write_bytes(canonical_bytes(data) + b"\n")
+    (out_dir / "comparison.md").write_text(comparison_md(comparison))
+    out.print(f"comparison {comparison.comparison_hash} written to {out_dir}")
+
+
+registry_app = typer.Typer(help="The append-only result registry.", no_args_is_help=True)
+app.add_typer(registry_app, name="registry")
+RegOpt = Annotated[Path, typer.Option("--registry", help="registry file")]
+
+
+@registry_app.command("list")
+@guarded
+def registry_list(registry: RegOpt = DEFAULT_REGISTRY) -> None:
+    """Every entry, oldest first."""
+    t = Table()
+    for col in ("state", "scorecard", "subject", "protocol", "note"):
+        t.add_column(col)
+    for e in Registry(registry).entries():
+        note = e.adjudication or (f"derived from {e.derived_from}" if e.derived_from else "")
+        t.add_row(e.type, e.scorecard_hash, e.subject_id, e.protocol_hash, note)
+    out.print(t)
+
+
+@registry_app.command("add")
+@guarded
+def registry_add(
+    scorecard: Path,
+    registry: RegOpt = DEFAULT_REGISTRY,
+    derived_from: Annotated[str | None, typer.Option(help="scorecard hash")] = None,
+) -> None:
+    """Register a publishable scorecard (incomplete evidence is refused)."""
+    e = Registry(registry).add(scorecard, derived_from)
+    out.print(f"published {e.scorecard_hash}")
+
+
+@registry_app.command("supersede")
+@guarded
+def registry_supersede(
+    target: str,
+    adjudication: Annotated[str, typer.Option(help="why")],
+    replacement_protocol: Annotated[str, typer.Option(help="sha256:...")],
+    replacement: Annotated[str | None, typer.Option(help="replacement scorecard hash")] = None,
+    registry: RegOpt = DEFAULT_REGISTRY,
+) -> None:
+    """Mark a scorecard superseded, with the adjudication and the replacement protocol."""
+    e = Registry(registry).retire(
+        "superseded", target, adjudication, replacement_protocol, replacement
+    )
+    out.print(f"superseded {e.scorecard_hash}")
+
+
+@registry_app.command("withdraw")
+@guarded
+def registry_withdraw(
+    target: str,
+    adjudication: Annotated[str, typer.Option(help="why")],
+    registry: RegOpt = DEFAULT_REGISTRY,
+) -> None:
+    """Mark a scorecard withdrawn, with the adjudication."""
+    e = Registry(registry).retire("withdrawn", target, adjudication)
+    out.print(f"withdrawn {e.scorecard_hash}")

@@ -1,0 +1,298 @@
+"""The validator: evidence + frozen protocol -> one EligibilityProof per subject.
+
+The first gate is complete witnessed coverage (the policy's floor, 100% by default) overall and in
+every stratum. Every reason a subject is ineligible is a reason code in the proof; a proof with
+any reason code is `ineligible`, and only an eligible proof can construct a scorecard.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .canonical import canonical_bytes, digest
+from .journal import EvidenceStore
+from .matrix import cell_id as make_cell_id
+from .matrix import stratum_key
+from .outcomes import Positioned, TerminalRecord, group_attempts, terminal_record
+from .records import EnvironmentRecorded
+from .runfile import RunProtocol, consistency_problems
+from .spec import FaultKind, Status
+
+PROOF_SCHEMA = "afb.proof/1"
+VALID = frozenset({Status.COMPLETED, Status.FAILED, Status.SUBJECT_PRE_TRIGGER_FAILURE})
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StratumCoverage(Frozen):
+    registered: int
+    witnessed: int  # cells whose terminal record is a valid subject outcome
+
+
+class Coverage(Frozen):
+    registered: int
+    witnessed: int
+    floor_percent: int
+    strata: dict[str, StratumCoverage]
+
+
+class EligibilityProof(Frozen):
+    schema_version: Literal["afb.proof/1"] = Field(default="afb.proof/1", alias="schema")
+    subject_id: str
+    subject_config_hash: str
+    protocol_id: str
+    protocol_hash: str
+    policy_hash: str
+    matrix_hash: str
+    cell_set_hash: str
+    evaluator_digest: str
+    recorded_evaluator_digest: str
+    protocol_status: Literal["draft", "frozen"]
+    evidence_root_hash: str
+    terminal_records_hash: str
+    environment_conformance: str | None
+    execution_environment_hash: str | None
+    coverage: Coverage
+    not_comparable_strata: list[str]
+    decision: Literal["eligible", "ineligible"]
+    reason_codes: list[str]
+    proof_hash: str
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    def body(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True, exclude={"proof_hash"})
+
+    def hash_is_valid(self) -> bool:
+        return digest(self.body()) == self.proof_hash
+
+
+def seal_proof(fields: dict[str, Any]) -> EligibilityProof:
+    unsealed = EligibilityProof.model_validate({**fields, "proof_hash": "sha256:" + "0" * 64})
+    return unsealed.model_copy(update={"proof_hash": digest(unsealed.body())})
+
+
+# ------------------------------------------------------------------------------ evidence root
+
+
+def evidence_root(leaves: Iterable[str]) -> str:
+    """Order-independent root: SHA-256 over the sorted leaf digests, one per line."""
+    h = hashlib.sha256(b"afb.evidence-root/1\n")
+    for leaf in sorted(leaves):
+        h.update(leaf.encode() + b"\n")
+    return "sha256:" + h.hexdigest()
+
+
+def leaf(at_ns: str, record: dict[str, Any]) -> str:
+    # Each record with its own timestamp; seq and prev are positions, left out on purpose.
+    return digest({"at_ns": at_ns, "record": record})
+
+
+def terminal_records_hash(records: Iterable[TerminalRecord]) -> str:
+    h = hashlib.sha256(b"afb.terminal-records/1\n")
+    for line in sorted(canonical_bytes(r.model_dump(mode="json")) for r in records):
+        h.update(line + b"\n")
+    return "sha256:" + h.hexdigest()
+
+
+# ------------------------------------------------------------------------------------ loading
+
+
+class LoadedEvidence:
+    """A run's evidence, read once: positioned records and their evidence root."""
+
+    def __init__(self, entries: list[Positioned], root: str, env: list[EnvironmentRecorded]):
+        self.entries = entries
+        self.evidence_root_hash = root
+        self.environment = env
+
+    @classmethod
+    def from_store(cls, store: EvidenceStore) -> LoadedEvidence:
+        entries: list[Positioned] = []
+        leaves: list[str] = []
+        env: list[EnvironmentRecorded] = []
+        for journal, entry in store.entries():
+            entries.append((journal, entry.seq, entry.record))
+            leaves.append(leaf(entry.at_ns, entry.record.model_dump(mode="json")))
+            if isinstance(entry.record, EnvironmentRecorded):
+                env.append(entry.record)
+        return cls(entries, evidence_root(leaves), env)
+
+
+# ---------------------------------------------------------------------------------- validating
+
+
+class SubjectEvaluation(Frozen):
+    proof: EligibilityProof
+    terminal_records: list[TerminalRecord]
+
+
+EnvironmentCheck = tuple[str | None, str | None, list[str]]  # (proof hash, env hash, reasons)
+
+
+def evaluate_run(
+    rp: RunProtocol,
+    evidence: LoadedEvidence,
+    current_evaluator_digest: str,
+    environment_check: EnvironmentCheck = (None, None, []),
+) -> dict[str, SubjectEvaluation]:
+    """Decide every subject of the run. Deterministic in the evidence's content."""
+    spec = rp.spec()
+    ids = rp.identities
+    run_reasons: list[str] = []
+    problems = consistency_problems(rp)
+    if problems:
+        run_reasons.append("protocol_inconsistent")
+    frozen = rp.freeze_record is not None and rp.freeze_record.protocol_hash == ids.protocol_hash
+    if spec.eligibility.require_frozen and not frozen:
+        run_reasons.append("protocol_draft")
+    if current_evaluator_digest != ids.evaluator_digest:
+        run_reasons.append("evaluator_mismatch")
+    slot_counts = Counter(s.slot_id for s in rp.slots)
+    if any(n > 1 for n in slot_counts.values()):
+        run_reasons.append("duplicate_cell")
+    env_proof, env_hash, env_reasons = environment_check
+    run_reasons += env_reasons
+
+    grouped = group_attempts(evidence.entries)
+    registered: dict[str, tuple[str, Any]] = {}
+    for subject_id, shash in sorted(ids.subject_config_hashes.items()):
+        for slot in rp.slots:
+            registered[make_cell_id(slot.slot_id, shash)] = (subject_id, slot)
+    if any(c not in registered for c in grouped):
+        run_reasons.append("unregistered_cell")
+
+    contracts = rp.contract_map()
+    out: dict[str, SubjectEvaluation] = {}
+    for subject_id, shash in sorted(ids.subject_config_hashes.items()):
+        terminals = [
+            terminal_record(
+                cid,
+                slot.slot_id,
+                subject_id,
+                slot.stratum,
+                slot.schedule.kind,
+                slot.schedule.parameters,
+                grouped.get(cid),
+                spec.attempts,
+                contracts.get(slot.schedule.kind.value),
+                spec.scoring.scorer_version,
+            )
+            for cid, (sid, slot) in sorted(registered.items())
+            if sid == subject_id
+        ]
+        out[subject_id] = _decide(
+            rp, subject_id, shash, terminals, run_reasons, evidence, frozen,
+            current_evaluator_digest, env_proof, env_hash,
+        )  # fmt: skip
+    return out
+
+
+def _decide(
+    rp: RunProtocol,
+    subject_id: str,
+    shash: str,
+    terminals: list[TerminalRecord],
+    run_reasons: list[str],
+    evidence: LoadedEvidence,
+    frozen: bool,
+    evaluator: str,
+    env_proof: str | None,
+    env_hash: str | None,
+) -> SubjectEvaluation:
+    spec = rp.spec()
+    ids = rp.identities
+    reasons = set(run_reasons)
+    floor = spec.eligibility.witnessed_coverage_floor_percent
+    strata: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    invalid_attempts: dict[str, int] = defaultdict(int)
+    for t in terminals:
+        strata[t.stratum][0] += 1
+        if t.status in VALID:
+            strata[t.stratum][1] += 1
+        elif t.status is None:
+            reasons.add("missing_cells")
+        else:
+            reasons.add(t.status.value.lower())
+            if t.status is Status.SCENARIO_MISMATCH:
+                reasons.add(f"scenario_mismatch_stratum:{t.stratum}")
+            last = t.attempts[-1].reasons if t.attempts else []
+            reasons.update(last)
+        reasons.update(t.reasons)
+        n_invalid = sum(1 for a in t.attempts if a.status is Status.INVALID_INJECTION)
+        invalid_attempts[t.stratum] = max(invalid_attempts[t.stratum], n_invalid)
+    not_comparable = sorted(
+        s
+        for s, n in invalid_attempts.items()
+        if n >= spec.eligibility.not_comparable_after_invalid_attempts
+    )
+    for s in not_comparable:
+        reasons.add(f"not_comparable:{s}")
+    # Every stratum the spec's task buckets and fault kinds imply must be present.
+    expected = _expected_strata(rp)
+    for s in sorted(expected - set(strata)):
+        reasons.add(f"missing_stratum:{s}")
+    registered = sum(v[0] for v in strata.values())
+    witnessed = sum(v[1] for v in strata.values())
+    if registered == 0 or witnessed * 100 < floor * registered:
+        reasons.add("coverage_below_floor")
+    for s, (reg, wit) in sorted(strata.items()):
+        if wit * 100 < floor * reg:
+            reasons.add(f"stratum_below_floor:{s}")
+    coverage = Coverage(
+        registered=registered,
+        witnessed=witnessed,
+        floor_percent=floor,
+        strata={s: StratumCoverage(registered=r, witnessed=w) for s, (r, w) in strata.items()},
+    )
+    proof = seal_proof(
+        {
+            "subject_id": subject_id,
+            "subject_config_hash": shash,
+            "protocol_id": ids.protocol_id,
+            "protocol_hash": ids.protocol_hash,
+            "policy_hash": ids.policy_hash,
+            "matrix_hash": ids.matrix_hash,
+            "cell_set_hash": ids.cell_set_hash,
+            "evaluator_digest": evaluator,
+            "recorded_evaluator_digest": ids.evaluator_digest,
+            "protocol_status": "frozen" if frozen else "draft",
+            "evidence_root_hash": evidence.evidence_root_hash,
+            "terminal_records_hash": terminal_records_hash(terminals),
+            "environment_conformance": env_proof,
+            "execution_environment_hash": env_hash,
+            "coverage": coverage,
+            "not_comparable_strata": not_comparable,
+            "decision": "ineligible" if reasons else "eligible",
+            "reason_codes": sorted(reasons),
+        }
+    )
+    return SubjectEvaluation(proof=proof, terminal_records=terminals)
+
+
+def _expected_strata(rp: RunProtocol) -> set[str]:
+    spec = rp.spec()
+    dims = list(spec.eligibility.strata)
+    kinds = {f.kind.value for f in spec.faults}
+    if spec.matrix.baseline:
+        kinds.add(FaultKind.NONE.value)
+    out = set()
+    for ts in spec.task_sets:
+        for t in ts.tasks:
+            for k in kinds:
+                fault_ok = k == FaultKind.NONE.value or any(
+                    f.kind.value == k
+                    and (f.applies_to.task_sets is None or ts.id in f.applies_to.task_sets)
+                    and (f.applies_to.buckets is None or t.bucket in f.applies_to.buckets)
+                    for f in spec.faults
+                )
+                if fault_ok:
+                    out.add(stratum_key(dims, k, t.bucket))
+    return out

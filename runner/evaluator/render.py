@@ -1,0 +1,94 @@
+"""Deterministic Markdown for results; rendered from the JSON models only, so `verify` can
+re-render and compare bytes. An incomplete report renders no performance figure at all."""
+
+from __future__ import annotations
+
+from .publication import (
+    CellHistory,
+    IncompleteEvidenceReport,
+    Measures,
+    PublishableScorecard,
+    Ratio,
+)
+
+
+def _r(r: Ratio | None) -> str:
+    return "n/a" if r is None else f"{r.numerator}/{r.denominator} ({r.value:.3f})"
+
+
+def _row(name: str, m: Measures) -> str:
+    o = m.recovery_overhead
+    extra = (
+        "-"
+        if o is None
+        else ("n/a" if o.extra_tool_calls_mean is None else f"{o.extra_tool_calls_mean.value:+.2f}")
+    )
+    wall = (
+        "-" if o is None or o.wall_time_ratio_median is None else f"{o.wall_time_ratio_median:.2f}x"
+    )
+    return (
+        f"| {name} | {_r(m.completion.rate)} | {m.duplicate_effects.duplicate_effects} | "
+        f"{_r(m.duplicate_effects.share_without_duplicates)} | {extra} | {wall} |"
+    )  # fmt: skip
+
+
+def scorecard_md(s: PublishableScorecard) -> str:
+    lines = [
+        f"# Scorecard: {s.subject_id}",
+        "",
+        f"- protocol: `{s.protocol_id}` `{s.protocol_hash}`",
+        f"- subject_config_hash: `{s.subject_config_hash}`",
+        f"- policy_hash: `{s.policy_hash}`",
+        f"- evaluator_digest: `{s.evaluator_digest}`",
+        f"- evidence_root_hash: `{s.evidence_root_hash}`",
+        f"- eligibility proof: `{s.proof_hash}` (coverage "
+        f"{s.proof.coverage.witnessed}/{s.proof.coverage.registered} witnessed)",
+        f"- environment conformance: `{s.environment_conformance or 'none required'}`",
+        "",
+        "| stratum | completion | duplicate effects | cells without duplicates "
+        "| extra tool calls (mean) | wall-time ratio (median) |",
+        "|---|---|---|---|---|---|",
+        _row("**all**", s.overall),
+    ]
+    lines += [_row(k, m) for k, m in sorted(s.strata.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _why(c: CellHistory) -> str:
+    last = c.attempts[-1].reasons if c.attempts else []
+    return f" ({', '.join(last)})" if last else ""
+
+
+def report_md(r: IncompleteEvidenceReport) -> str:
+    lines = [
+        f"# Incomplete evidence: {r.subject_id}",
+        "",
+        "**No score is published for this subject.** The preregistered matrix is not fully "
+        "witnessed, so no completion, duplicate-effect or overhead figure is derived from it.",
+        "",
+        f"- protocol: `{r.protocol_id}` `{r.protocol_hash}`",
+        f"- subject_config_hash: `{r.subject_config_hash}`",
+        f"- eligibility proof: `{r.proof_hash}` (decision: ineligible)",
+        f"- evidence_root_hash: `{r.evidence_root_hash}`",
+        f"- witnessed cells: {r.witnessed_cells} of {r.registered_cells} registered",
+        "",
+        "## Reason codes",
+        "",
+        *[f"- `{c}`" for c in r.reason_codes],
+        "",
+        "## Strata",
+        "",
+        "| stratum | registered | witnessed | missing | blocked |",
+        "|---|---|---|---|---|",
+        *[
+            f"| {k} | {v.registered_cells} | {v.witnessed_cells} | {v.missing_cells} | "
+            f"{'yes' if v.blocked else 'no'} |"
+            for k, v in sorted(r.strata.items())
+        ],
+        "",
+        "## Cells not witnessed",
+        "",
+    ]
+    bad = [c for c in r.cells if c.state != "SUBJECT_OUTCOME_SEALED"]
+    lines += [f"- `{c.cell_id}` {c.stratum}: {c.state}{_why(c)}" for c in bad] or ["- none"]
+    return "\n".join(lines) + "\n"

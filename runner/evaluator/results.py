@@ -1,0 +1,156 @@
+"""Evaluate a run directory from its evidence alone, write its results, and verify them.
+
+RUN_DIR/results/<subject>/ holds proof.json, terminal-records.jsonl and either scorecard.json +
+scorecard.md (eligible) or incomplete-evidence.json + incomplete-evidence.md (not). The results
+are derived: `evaluate` replaces them whole, so a stale scorecard never survives an ineligible
+re-evaluation, and `verify` re-derives them byte for byte.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .canonical import canonical_bytes, parse_json
+from .eligibility import EnvironmentCheck, LoadedEvidence, SubjectEvaluation, evaluate_run
+from .errors import EvidenceError
+from .journal import BLOBS, JOURNALS, EvidenceStore
+from .publication import (
+    IncompleteEvidenceReport,
+    PublishableScorecard,
+    build_scorecard,
+    incomplete_report,
+)
+from .render import report_md, scorecard_md
+from .runfile import PROTOCOL_FILE, RunProtocol, consistency_problems, read_protocol
+
+RESULTS = "results"
+EnvironmentHook = Callable[[RunProtocol, LoadedEvidence, EvidenceStore], EnvironmentCheck]
+
+
+@dataclass(frozen=True)
+class SubjectResult:
+    evaluation: SubjectEvaluation
+    scorecard: PublishableScorecard | None
+    report: IncompleteEvidenceReport | None
+
+
+def _json(model: object) -> bytes:
+    return canonical_bytes(model.model_dump(mode="json", by_alias=True)) + b"\n"  # type: ignore[attr-defined]
+
+
+def derive(
+    run_dir: Path, evaluator_digest: str, environment: EnvironmentHook | None = None
+) -> tuple[RunProtocol, dict[str, SubjectResult], dict[str, bytes]]:
+    """Evaluate and render in memory: (protocol, per-subject results, relative path -> bytes)."""
+    rp = read_protocol(run_dir)
+    store = EvidenceStore(run_dir)
+    evidence = LoadedEvidence.from_store(store)
+    env = environment(rp, evidence, store) if environment else (None, None, [])
+    evaluations = evaluate_run(rp, evidence, evaluator_digest, env)
+    artifacts = [f"{JOURNALS}/{p.name}" for p in store.journal_paths()] + [PROTOCOL_FILE]
+    out: dict[str, SubjectResult] = {}
+    files: dict[str, bytes] = {}
+    for subject, ev in sorted(evaluations.items()):
+        base = f"{RESULTS}/{subject}/"
+        files[base + "proof.json"] = _json(ev.proof)
+        files[base + "terminal-records.jsonl"] = b"".join(_json(t) for t in ev.terminal_records)
+        if ev.proof.decision == "eligible":
+            card = build_scorecard(ev, rp.slots)
+            files[base + "scorecard.json"] = _json(card)
+            files[base + "scorecard.md"] = scorecard_md(card).encode()
+            out[subject] = SubjectResult(ev, card, None)
+        else:
+            rep = incomplete_report(ev, artifacts)
+            files[base + "incomplete-evidence.json"] = _json(rep)
+            files[base + "incomplete-evidence.md"] = report_md(rep).encode()
+            out[subject] = SubjectResult(ev, None, rep)
+    return rp, out, files
+
+
+def write_results(run_dir: Path, files: dict[str, bytes]) -> None:
+    """Replace RUN_DIR/results atomically (write aside, then swap)."""
+    tmp = run_dir / f".{RESULTS}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    for rel, data in files.items():
+        path = tmp / rel.removeprefix(RESULTS + "/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    final = run_dir / RESULTS
+    old = run_dir / f".{RESULTS}.old-{os.getpid()}"
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def verify(
+    run_dir: Path, evaluator_digest: str, environment: EnvironmentHook | None = None
+) -> list[str]:
+    """Recompute every hash, chain and address; return problems, the first one first."""
+    problems: list[str] = []
+    try:
+        rp = read_protocol(run_dir)
+    except EvidenceError as exc:
+        return [str(exc)]
+    problems += [f"{PROTOCOL_FILE}: {p}" for p in consistency_problems(rp)]
+    store = EvidenceStore(run_dir)
+    for blob in store.blob_paths():
+        try:
+            store.get_blob("sha256:" + blob.name)
+        except EvidenceError as exc:
+            problems.append(f"{BLOBS}/{blob.name}: {exc}")
+    try:
+        _, _, files = derive(run_dir, evaluator_digest, environment)
+    except EvidenceError as exc:
+        return [*problems, str(exc)]
+    results = run_dir / RESULTS
+    if results.exists():
+        on_disk = {
+            str(p.relative_to(run_dir)): p.read_bytes() for p in results.rglob("*") if p.is_file()
+        }
+        for rel in sorted(set(on_disk) | set(files)):
+            if rel not in files:
+                problems.append(f"{rel}: not derivable from the evidence (unexpected file)")
+            elif rel not in on_disk:
+                problems.append(f"{rel}: missing")
+            elif on_disk[rel] != files[rel]:
+                problems.append(f"{rel}: differs from what the evidence derives")
+    known = {PROTOCOL_FILE, RESULTS, "journals", "blobs"}
+    for p in sorted(run_dir.iterdir()):
+        if p.name not in known and not p.name.startswith("."):
+            problems.append(f"{p.name}: unexpected file in the run directory")
+    for torn in sorted((run_dir / JOURNALS).glob("*.torn-*")):
+        if not _torn_recorded(store, torn):
+            problems.append(
+                f"{JOURNALS}/{torn.name}: quarantined bytes not recorded in its journal"
+            )
+    return problems
+
+
+def _torn_recorded(store: EvidenceStore, torn: Path) -> bool:
+    from .canonical import sha256_digest
+    from .records import QuarantinedTail
+
+    data = sha256_digest(torn.read_bytes())
+    for _, entry in store.entries():
+        r = entry.record
+        if isinstance(r, QuarantinedTail) and r.file == torn.name and r.sha256 == data:
+            return True
+    return False
+
+
+def load_result(path: Path) -> PublishableScorecard | IncompleteEvidenceReport:
+    """Read a written result file; only a valid scorecard parses as one."""
+    try:
+        doc = parse_json(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise EvidenceError(f"{path}: cannot read result: {exc}") from exc
+    if isinstance(doc, dict) and doc.get("kind") == "publishable_scorecard":
+        return PublishableScorecard.model_validate(doc)
+    if isinstance(doc, dict) and doc.get("kind") == "incomplete_evidence":
+        return IncompleteEvidenceReport.model_validate(doc)
+    raise EvidenceError(f"{path}: neither a scorecard nor an incomplete-evidence report")

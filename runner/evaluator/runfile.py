@@ -1,0 +1,122 @@
+"""`protocol.json` of a run directory: everything the evaluator needs besides the journals.
+
+It is written once when a run starts (canonical bytes), and holds the spec text, the resolved
+slots, the witness contracts and the freeze record, so a run directory can be evaluated and
+verified on any machine from its own contents. The evaluator re-derives every hash it can from
+these contents and refuses a file whose recorded identities do not match.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from .canonical import canonical_bytes, digest, parse_json
+from .errors import EvidenceError
+from .freeze import FreezeRecord
+from .identities import Identities, policy_body
+from .matrix import Slot, matrix_hash, subject_hashes
+from .spec import Spec
+from .witness import WitnessContract, contracts_hash
+
+PROTOCOL_FILE = "protocol.json"
+
+
+class RunProtocol(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: str = "afb.run-protocol/1"
+    run_id: str
+    spec_name: str
+    spec_text: str
+    identities: Identities
+    slots: list[Slot]
+    contracts: list[WitnessContract]
+    freeze_record: FreezeRecord | None
+
+    def spec(self) -> Spec:
+        return Spec.model_validate(tomllib.loads(self.spec_text))
+
+    def contract_map(self) -> dict[str, WitnessContract]:
+        return {c.kind.value: c for c in self.contracts}
+
+
+def write_protocol(run_dir: Path, rp: RunProtocol) -> None:
+    path = run_dir / PROTOCOL_FILE
+    data = canonical_bytes(rp.model_dump(mode="json", by_alias=True))
+    if path.exists():
+        if path.read_bytes() != data:
+            raise EvidenceError(f"{path} exists with another protocol; use a new run directory")
+        return
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def read_protocol(run_dir: Path) -> RunProtocol:
+    path = run_dir / PROTOCOL_FILE
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise EvidenceError(f"{path}: missing ({exc.strerror})") from exc
+    try:
+        doc: Any = parse_json(raw)
+        rp = RunProtocol.model_validate(doc)
+    except ValueError as exc:
+        raise EvidenceError(f"{path}: not a valid run protocol: {exc}") from exc
+    if canonical_bytes(doc) != raw:
+        raise EvidenceError(f"{path}: not in canonical form (edited?)")
+    return rp
+
+
+def consistency_problems(rp: RunProtocol) -> list[str]:
+    """Re-derive what can be re-derived from the file itself; name every mismatch."""
+    problems: list[str] = []
+    ids = rp.identities
+    try:
+        spec = rp.spec()
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        return [f"spec_text does not parse: {exc}"]
+    if digest(policy_body(spec)) != ids.policy_hash:
+        problems.append("policy_hash does not match the spec's policy")
+    if matrix_hash(spec, rp.slots) != ids.matrix_hash:
+        problems.append("matrix_hash does not match the spec and slots")
+    if subject_hashes(spec) != ids.subject_config_hashes:
+        problems.append("subject_config_hashes do not match the spec")
+    contracts = {c.kind: c for c in rp.contracts}
+    if contracts_hash(contracts) != ids.witness_contracts_hash:
+        problems.append("witness_contracts_hash does not match the contracts")
+    for slot in rp.slots:
+        body = {
+            "task": slot.task_id,
+            "task_set": slot.task_set,
+            "seed": slot.seed,
+            "kind": slot.schedule.kind.value,
+            "trigger": slot.schedule.trigger,
+            "parameters": slot.schedule.parameters,
+        }
+        if digest(body) != slot.slot_id:
+            problems.append(f"slot {slot.slot_id} does not match its content")
+            break
+    root = digest(
+        {
+            "schema": "afb.protocol/1",
+            "protocol_id": ids.protocol_id,
+            "protocol_version": ids.protocol_version,
+            "matrix_hash": ids.matrix_hash,
+            "policy_hash": ids.policy_hash,
+            "evaluator_digest": ids.evaluator_digest,
+            "witness_contracts_hash": ids.witness_contracts_hash,
+            "task_grader_identity": ids.task_grader_identity,
+            "controlled_factors_hash": ids.controlled_factors_hash,
+        }
+    )
+    if root != ids.protocol_hash:
+        problems.append("protocol_hash is not the root of the recorded identities")
+    fr = rp.freeze_record
+    if fr is not None and fr.protocol_hash != ids.protocol_hash:
+        problems.append("freeze record binds another protocol_hash")
+    return problems
