@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from runner.evaluator.canonical import CanonicalError
 from runner.evaluator.errors import EvidenceError, InputError
@@ -47,13 +48,13 @@ def guarded(fn: F) -> F:
         except typer.Exit:
             raise
         except InputError as exc:
-            err.print(f"[bold red]error:[/] {exc.render()}", markup=True)
+            err.print(f"[bold red]error:[/] {escape(exc.render())}", markup=True)
             raise typer.Exit(EXIT_INPUT) from None
         except CanonicalError as exc:
-            err.print(f"[bold red]error:[/] {exc}")
+            err.print(f"[bold red]error:[/] {escape(str(exc))}")
             raise typer.Exit(EXIT_INPUT) from None
         except EvidenceError as exc:
-            err.print(f"[bold red]evidence error:[/] {exc}")
+            err.print(f"[bold red]evidence error:[/] {escape(str(exc))}")
             raise typer.Exit(EXIT_INPUT) from None
         except KeyboardInterrupt:
             err.print("interrupted")

@@ -1,33 +1,97 @@
 """Environment conformance wired into evaluation and comparison (DESIGN §7).
 
-Kept out of runner/evaluator/results.py so that module stays independent of how environment
-artifacts are checked; both hooks are pure functions of files inside the run directories.
+Both hooks read only files inside run directories (the environment artifact is a blob named by
+the run's `environment` journal record), so results stay re-derivable from evidence alone.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from runner.evaluator.canonical import parse_json
 from runner.evaluator.eligibility import EnvironmentCheck, LoadedEvidence
+from runner.evaluator.environment import (
+    ExecutionEnvironment,
+    check_environments,
+    check_run,
+    load_environment,
+)
+from runner.evaluator.errors import EvidenceError
 from runner.evaluator.journal import EvidenceStore
 from runner.evaluator.publication import PublishableScorecard
-from runner.evaluator.runfile import RunProtocol
+from runner.evaluator.runfile import RunProtocol, read_protocol
+
+
+def _artifact(store: EvidenceStore, address: str) -> ExecutionEnvironment:
+    try:
+        return load_environment(parse_json(store.get_blob(address)))
+    except ValueError as exc:
+        raise EvidenceError(f"environment artifact {address} is not valid: {exc}") from exc
 
 
 def environment_hook(
     rp: RunProtocol, evidence: LoadedEvidence, store: EvidenceStore
 ) -> EnvironmentCheck:
     spec = rp.spec()
-    required = [f for f in spec.factors if f.required]
+    if not spec.factors:
+        return (None, None, [])
     if not evidence.environment:
+        required = any(f.required for f in spec.factors)
         return (None, None, ["environment_not_recorded"] if required else [])
-    if len(evidence.environment) > 1:
+    if len({r.execution_environment_hash for r in evidence.environment}) > 1:
         return (None, None, ["environment_recorded_twice"])
     rec = evidence.environment[0]
-    return (None, rec.execution_environment_hash, [])
+    try:
+        env = _artifact(store, rec.artifact)
+    except EvidenceError:
+        return (None, rec.execution_environment_hash, ["environment_artifact_invalid"])
+    if env.execution_environment_hash != rec.execution_environment_hash:
+        return (None, rec.execution_environment_hash, ["environment_artifact_mismatch"])
+    proof = check_run(env, spec.factors, spec.sources)
+    reasons = [f"environment:{c}" for c in proof.reason_codes] if not proof.conform else []
+    return (proof.proof_hash, env.execution_environment_hash, reasons)
+
+
+def _run_of(scorecard: Path) -> Path:
+    # RUN_DIR/results/<subject>/scorecard.json
+    return scorecard.resolve().parents[2]
 
 
 def environment_pair_check(
     cards: list[tuple[Path, PublishableScorecard]],
 ) -> tuple[str | None, list[str]]:
-    return (None, [])
+    """Every compared scorecard's environment must conform with every other's under the policy."""
+    envs: list[ExecutionEnvironment] = []
+    factors = None
+    for path, card in cards:
+        if card.execution_environment_hash is None:
+            continue
+        run = _run_of(path)
+        try:
+            rp = read_protocol(run)
+            store = EvidenceStore(run)
+            ev = LoadedEvidence.from_store(store)
+        except (EvidenceError, OSError) as exc:
+            return (None, [f"environment_unreadable:{path}: {exc}"])
+        match = [
+            r
+            for r in ev.environment
+            if r.execution_environment_hash == card.execution_environment_hash
+        ]
+        if not match:
+            return (None, [f"environment_missing:{path}"])
+        envs.append(_artifact(store, match[0].artifact))
+        spec = rp.spec()
+        factors = (spec.factors, spec.sources)
+    if factors is None or not spec_requires(cards):
+        return (None, [])
+    if len(envs) != len(cards):
+        return (None, ["environment_missing_for_some_results"])
+    proof = check_environments(envs, *factors)
+    if not proof.conform:
+        return (None, [f"environment:{c}" for c in proof.reason_codes])
+    return (proof.proof_hash, [])
+
+
+def spec_requires(cards: list[tuple[Path, PublishableScorecard]]) -> bool:
+    return any(c.execution_environment_hash is not None for _, c in cards)

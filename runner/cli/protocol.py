@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from runner.evaluator import freeze as freezing
-from runner.evaluator.canonical import canonical_bytes, digest, parse_json
+from runner.evaluator.canonical import CanonicalError, canonical_bytes, parse_json, sha256_digest
 from runner.evaluator.errors import InputError
 from runner.evaluator.identities import compute
 from runner.evaluator.matrix import resolve
@@ -35,11 +35,19 @@ def _read_json(path: Path) -> object:
         raise InputError(f"not valid JSON: {exc}", file=str(path)) from exc
 
 
+def _canonical_file(path: Path) -> bytes:
+    value = _read_json(path)
+    try:
+        return canonical_bytes(value)
+    except CanonicalError as exc:
+        raise InputError(f"cannot canonicalize: {exc}", file=str(path)) from exc
+
+
 @app.command()
 @guarded
 def canonicalize(file: Annotated[Path, typer.Argument(help="a JSON file")]) -> None:
     """Print the RFC 8785 canonical bytes of a JSON file."""
-    sys.stdout.buffer.write(canonical_bytes(_read_json(file)))
+    sys.stdout.buffer.write(_canonical_file(file))
     sys.stdout.buffer.flush()
 
 
@@ -47,7 +55,7 @@ def canonicalize(file: Annotated[Path, typer.Argument(help="a JSON file")]) -> N
 @guarded
 def digest_cmd(file: Annotated[Path, typer.Argument(help="a JSON file")]) -> None:
     """Print the sha256 digest of a JSON file's canonical bytes."""
-    out.print(digest(_read_json(file)))
+    out.print(sha256_digest(_canonical_file(file)))
 
 
 STATUS_TEXT = {

@@ -95,19 +95,47 @@ def is_digest(text: str) -> bool:
     )
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
+class _Constant:
+    """NaN / Infinity / -Infinity as parsed: rejected with its path after parsing."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate object key {key!r}")
-        out[key] = value
-    return out
+class _Pairs(list[tuple[str, Any]]):
+    """An object's members as parsed, before duplicate keys are checked with their path."""
+
+
+def _build(value: Any, trail: list[str]) -> Any:
+    if isinstance(value, _Pairs):
+        out: dict[str, Any] = {}
+        for key, item in value:
+            if key in out:
+                raise CanonicalError(_pointer(trail), f"duplicate object key {key!r}")
+            trail.append(_escape(key))
+            out[key] = _build(item, trail)
+            trail.pop()
+        return out
+    if isinstance(value, list):
+        items = []
+        for index, item in enumerate(value):
+            trail.append(str(index))
+            items.append(_build(item, trail))
+            trail.pop()
+        return items
+    if isinstance(value, _Constant):
+        raise CanonicalError(_pointer(trail), f"{value.name} is not valid JSON")
+    return value
+
+
+def _pointer(trail: list[str]) -> str:
+    return "".join("/" + t for t in trail)
 
 
 def parse_json(text: str | bytes) -> Any:
-    """Strict JSON parsing for hashed inputs: no NaN/Infinity, no duplicate keys."""
-    return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys)
+    """Strict JSON parsing for hashed inputs: no NaN/Infinity, no duplicate keys.
+
+    Both are rejected with a CanonicalError (a ValueError) naming the path.
+    """
+    raw = json.loads(text, parse_constant=_Constant, object_pairs_hook=_Pairs)
+    return _build(raw, [])

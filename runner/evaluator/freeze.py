@@ -13,11 +13,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .canonical import canonical_bytes, digest, parse_json
 from .errors import InputError
-from .identities import Identities
+from .identities import Identities, verify
 
 
 class ProtocolStatus(StrEnum):
@@ -38,6 +38,15 @@ class FreezeRecord(BaseModel):
     identities: Identities
     recorded_at: str
     previous_record: str | None  # digest of the previous line: the log is a hash chain
+    record_hash: str | None = Field(
+        default=None, description="digest of this record without record_hash (in every log line)"
+    )
+
+    def body_digest(self) -> str:
+        return digest(self.model_dump(mode="json", exclude={"record_hash"}))
+
+    def sealed(self) -> FreezeRecord:
+        return self.model_copy(update={"record_hash": self.body_digest()})
 
 
 def log_path(spec_path: Path) -> Path:
@@ -55,11 +64,28 @@ def read_log(spec_path: Path) -> list[FreezeRecord]:
             rec = FreezeRecord.model_validate(parse_json(line))
         except (ValueError, ValidationError) as exc:
             raise InputError(f"damaged freeze record: {exc}", file=str(path), line=n) from exc
+        problem = _tampered(rec, line, records)
+        if problem:
+            raise InputError(f"damaged freeze record: {problem}", file=str(path), line=n)
         if rec.previous_record != previous:
             raise InputError("freeze log chain is broken here", file=str(path), line=n)
         previous = digest(rec.model_dump(mode="json"))
         records.append(rec)
     return records
+
+
+def _tampered(rec: FreezeRecord, line: bytes, before: list[FreezeRecord]) -> str | None:
+    if rec.record_hash is None or rec.record_hash != rec.body_digest():
+        return "record_hash does not match the record (edited?)"
+    if line != canonical_bytes(rec.model_dump(mode="json")):
+        return "the line is not the record's canonical bytes (edited?)"
+    if rec.protocol_hash != rec.identities.protocol_hash or not verify(rec.identities):
+        return "protocol_hash is not the root of the recorded identities"
+    if not before and (rec.type != "freeze" or rec.parent_protocol_hash is not None):
+        return "the first record must be a freeze without a parent"
+    if before and (rec.type != "amendment" or rec.parent_protocol_hash != before[-1].protocol_hash):
+        return "an amendment must name the previous record's protocol_hash as its parent"
+    return None
 
 
 def status(spec_path: Path, ids: Identities) -> tuple[ProtocolStatus, FreezeRecord | None]:
@@ -108,7 +134,7 @@ def freeze(spec_path: Path, ids: Identities, reason: str = "initial freeze") -> 
         identities=ids,
         recorded_at=_now(),
         previous_record=None,
-    )
+    ).sealed()
     _append(spec_path, rec)
     return rec
 
@@ -132,6 +158,6 @@ def amend(spec_path: Path, ids: Identities, reason: str) -> FreezeRecord:
         identities=ids,
         recorded_at=_now(),
         previous_record=digest(last.model_dump(mode="json")),
-    )
+    ).sealed()
     _append(spec_path, rec)
     return rec

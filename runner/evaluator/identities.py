@@ -99,6 +99,30 @@ def task_grader_identity(spec: Spec, spec_path: Path, root: Path) -> str:
     )
 
 
+PROTOCOL_PARTS = (
+    "matrix_hash",
+    "policy_hash",
+    "evaluator_digest",
+    "witness_contracts_hash",
+    "task_grader_identity",
+    "controlled_factors_hash",
+)
+
+
+def protocol_root(protocol_id: str, version: str, parts: dict[str, str]) -> str:
+    """protocol_hash: the root over the protocol's parts (PROTOCOL_PARTS)."""
+    body: dict[str, str] = {"schema": "afb.protocol/1", "protocol_id": protocol_id}
+    body["protocol_version"] = version
+    body.update({k: parts[k] for k in PROTOCOL_PARTS})
+    return digest(body)
+
+
+def verify(ids: Identities) -> bool:
+    """Does `ids.protocol_hash` really root its parts? (catches an edited record)"""
+    parts = {k: getattr(ids, k) for k in PROTOCOL_PARTS}
+    return protocol_root(ids.protocol_id, ids.protocol_version, parts) == ids.protocol_hash
+
+
 def compute(
     spec: Spec,
     spec_path: Path,
@@ -119,14 +143,7 @@ def compute(
         "task_grader_identity": task_grader_identity(spec, spec_path, root),
         "controlled_factors_hash": digest(controlled_factors_body(spec)),
     }
-    protocol_hash = digest(
-        {
-            "schema": "afb.protocol/1",
-            "protocol_id": spec.protocol.id,
-            "protocol_version": spec.protocol.version,
-            **parts,
-        }
-    )
+    protocol_hash = protocol_root(spec.protocol.id, spec.protocol.version, parts)
     return Identities(
         protocol_id=spec.protocol.id,
         protocol_version=spec.protocol.version,

@@ -42,9 +42,15 @@ def load_declaration(root: Path) -> InputsDeclaration:
         raise InputError(
             f"cannot read the evaluator input declaration: {exc}", file=str(path)
         ) from exc
+    if not isinstance(raw, dict):
+        raise InputError("expected a JSON object", file=str(path))
     paths = raw.get("paths")
     if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
         raise InputError("expected a list of relative paths", file=str(path), key="paths")
+    for key in ("exclude_names", "exclude_suffixes"):
+        names = raw.get(key, [])
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise InputError("expected a list of strings", file=str(path), key=key)
     for rel in paths:
         if rel.startswith("/") or ".." in Path(rel).parts:
             raise InputError(f"{rel!r} is not inside the checkout", file=str(path), key="paths")

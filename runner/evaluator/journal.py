@@ -15,7 +15,7 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,8 +84,9 @@ def read_journal(path: Path) -> Iterator[Entry]:
 class Journal:
     """One append-only journal; thread-safe within a process."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, clock: Callable[[], int] = time.time_ns) -> None:
         self.path = path
+        self._clock = clock
         self._lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
         self._seq, self._prev, torn = self._recover()
@@ -124,7 +125,7 @@ class Journal:
             env = {
                 "seq": self._seq + 1,
                 "prev": self._prev,
-                "at_ns": str(time.time_ns()),
+                "at_ns": str(self._clock()),
                 "record": body,
             }
             line = canonical_bytes(env)
@@ -155,10 +156,10 @@ class EvidenceStore:
         (run_dir / JOURNALS).mkdir(parents=True, exist_ok=True)
         (run_dir / BLOBS).mkdir(parents=True, exist_ok=True)
 
-    def journal(self, name: str) -> Journal:
+    def journal(self, name: str, clock: Callable[[], int] = time.time_ns) -> Journal:
         if not name or "/" in name or name.startswith("."):
             raise ValueError(f"bad journal name {name!r}")
-        return Journal(self.run_dir / JOURNALS / f"{name}.jsonl")
+        return Journal(self.run_dir / JOURNALS / f"{name}.jsonl", clock)
 
     def journal_paths(self) -> list[Path]:
         return sorted((self.run_dir / JOURNALS).glob("*.jsonl"))

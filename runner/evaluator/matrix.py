@@ -8,7 +8,7 @@ subjects requires the identical slot set, which `cell_set_hash` pins.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -58,7 +58,7 @@ def subject_config_hash(subject: Subject) -> str:
     return digest({"schema": "afb.subject/1", "agent": subject.agent, "config": subject.config})
 
 
-def stratum_key(dims: list[str], kind: str, bucket: str) -> str:
+def stratum_key(dims: Sequence[str], kind: str, bucket: str) -> str:
     values = {"fault_kind": kind, "task_bucket": bucket}
     return ",".join(f"{d}={values[d]}" for d in sorted(dims)) or "all"
 
@@ -86,15 +86,16 @@ def _applies(fault: Fault, task_set: str, bucket: str) -> bool:
 
 def iter_slots(spec: Spec) -> Iterator[Slot]:
     """Slots in a fixed order: task id, then fault id ('none' first), then seed."""
+    injected: list[Fault] = sorted(spec.faults, key=lambda f: f.id)
     faults: list[Fault | None] = [None] if spec.matrix.baseline else []
-    faults += sorted(spec.faults, key=lambda f: f.id)
+    faults.extend(injected)
     dims = list(spec.eligibility.strata)
     seen: dict[str, str] = {}
     for task_id, (task_set, task) in sorted(spec.task_index().items()):
         for fault in faults:
             if fault is not None and not _applies(fault, task_set.id, task.bucket):
                 continue
-            fault_id = fault.id if fault else FaultKind.NONE.value
+            fault_id = FaultKind.NONE.value if fault is None else fault.id
             content = _schedule_content(fault)
             for seed in spec.matrix.seeds:
                 body = {"task": task_id, "task_set": task_set.id, "seed": seed, **content}

@@ -63,8 +63,8 @@ def report_md(r: IncompleteEvidenceReport) -> str:
     lines = [
         f"# Incomplete evidence: {r.subject_id}",
         "",
-        "**No score is published for this subject.** The preregistered matrix is not fully "
-        "witnessed, so no completion, duplicate-effect or overhead figure is derived from it.",
+        "**Not publishable.** The preregistered matrix is not fully witnessed, so no "
+        "figure about this subject's performance is derived from its evidence.",
         "",
         f"- protocol: `{r.protocol_id}` `{r.protocol_hash}`",
         f"- subject_config_hash: `{r.subject_config_hash}`",

@@ -57,8 +57,10 @@ def derive(
     for subject, ev in sorted(evaluations.items()):
         base = f"{RESULTS}/{subject}/"
         files[base + "proof.json"] = _json(ev.proof)
-        files[base + "terminal-records.jsonl"] = b"".join(_json(t) for t in ev.terminal_records)
         if ev.proof.decision == "eligible":
+            # Terminal records of an ineligible subject are not written: they carry its subject
+            # outcomes. The proof commits to them by hash; the journals keep the raw evidence.
+            files[base + "terminal-records.jsonl"] = b"".join(_json(t) for t in ev.terminal_records)
             card = build_scorecard(ev, rp.slots)
             files[base + "scorecard.json"] = _json(card)
             files[base + "scorecard.md"] = scorecard_md(card).encode()

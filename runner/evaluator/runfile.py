@@ -45,6 +45,7 @@ class RunProtocol(BaseModel):
 
 
 def write_protocol(run_dir: Path, rp: RunProtocol) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / PROTOCOL_FILE
     data = canonical_bytes(rp.model_dump(mode="json", by_alias=True))
     if path.exists():

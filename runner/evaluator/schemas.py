@@ -5,15 +5,41 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
+from .compare import Comparison
+from .eligibility import EligibilityProof
 from .freeze import FreezeRecord
 from .identities import Identities
 from .matrix import Cell, Slot
+from .outcomes import TerminalRecord
+from .publication import IncompleteEvidenceReport, PublishableScorecard
+from .records import Record
+from .registry import RegistryEntry
+from .runfile import RunProtocol
 from .spec import Spec
 from .witness import WitnessContract, WitnessVerdict
 
+class JournalLine(BaseModel):
+    """One journal line: a record in its hash-chained envelope (see journal.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    seq: int
+    prev: str | None
+    at_ns: str
+    record: Record
+
+
 MODELS: dict[str, type[BaseModel]] = {
+    "journal-line": JournalLine,
+    "run-protocol": RunProtocol,
+    "terminal-record": TerminalRecord,
+    "eligibility-proof": EligibilityProof,
+    "incomplete-evidence-report": IncompleteEvidenceReport,
+    "publishable-scorecard": PublishableScorecard,
+    "comparison": Comparison,
+    "registry-entry": RegistryEntry,
     "spec": Spec,
     "identities": Identities,
     "slot": Slot,

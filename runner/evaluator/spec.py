@@ -14,7 +14,15 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .canonical import MAX_SAFE_INTEGER, CanonicalError, canonical_bytes
 from .errors import InputError
@@ -26,7 +34,12 @@ SafeInt = Annotated[int, Field(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
 
 
 class Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: TOML is typed, so "3" is not an integer and 1 is not a boolean. Enumerations are
+    # still given as their string values (Lax below).
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+Lax = Strict(False)
 
 
 class FaultKind(StrEnum):
@@ -103,15 +116,6 @@ class TaskSet(Frozen):
     def _buckets_set(cls, v: list[str]) -> list[str]:
         return _unique_sorted(v, "bucket")
 
-    @model_validator(mode="after")
-    def _bucket_declared(self) -> TaskSet:
-        for i, t in enumerate(self.tasks):
-            if t.bucket not in self.buckets:
-                raise ValueError(
-                    f"tasks[{i}] ({t.id}): bucket {t.bucket!r} is not one of {self.buckets}"
-                )
-        return self
-
 
 JsonValue = Any
 
@@ -133,7 +137,7 @@ class Trigger(Frozen):
     event: Literal["tool_call"] = "tool_call"
     tool: str = Field(description="the tool name the trigger selects, or '*' for any tool")
     ordinal: int = Field(ge=1, le=10_000, description="the Nth matching call (1-based)")
-    phase: Phase
+    phase: Annotated[Phase, Lax]
 
 
 class RestartParams(Frozen):
@@ -171,10 +175,15 @@ class Applicability(Frozen):
     task_sets: list[Ident] | None = Field(default=None, description="set; None = all")
     buckets: list[Ident] | None = Field(default=None, description="set; None = all")
 
+    @field_validator("task_sets", "buckets")
+    @classmethod
+    def _sets(cls, v: list[str] | None) -> list[str] | None:
+        return None if v is None else _unique_sorted(v, "name")
+
 
 class Fault(Frozen):
     id: Ident
-    kind: FaultKind
+    kind: Annotated[FaultKind, Lax]
     trigger: Trigger
     parameters: dict[str, JsonValue] = Field(default_factory=dict)
     applies_to: Applicability = Applicability()
@@ -199,7 +208,7 @@ class Fault(Frozen):
 
 class AttemptPolicy(Frozen):
     cap: int = Field(ge=1, le=20, description="attempts per cell, fixed in advance")
-    retry_on: list[Status] = Field(
+    retry_on: list[Annotated[Status, Lax]] = Field(
         default_factory=lambda: [Status.HARNESS_INVALID, Status.INVALID_INJECTION],
         description="set: only INVALID_INJECTION and HARNESS_INVALID may be retried",
     )
@@ -210,17 +219,22 @@ class AttemptPolicy(Frozen):
         for s in v:
             if s not in RETRYABLE:
                 raise ValueError(
-                    f"{s.value} is a subject outcome and is final; it cannot be retried"
+                    f"{s.value} is a subject outcome and is final; only "
+                    "INVALID_INJECTION and HARNESS_INVALID may be retried"
                 )
         return _unique_sorted(v, "status")
+
+
+StratumDim = Literal["fault_kind", "task_bucket"]
+_DEFAULT_STRATA: tuple[StratumDim, ...] = ("fault_kind", "task_bucket")
 
 
 class Eligibility(Frozen):
     witnessed_coverage_floor_percent: int = Field(
         default=100, ge=1, le=100, description="applies overall and in every stratum"
     )
-    strata: list[Literal["fault_kind", "task_bucket"]] = Field(
-        default_factory=lambda: ["fault_kind", "task_bucket"], description="set"
+    strata: list[StratumDim] = Field(
+        default_factory=lambda: list(_DEFAULT_STRATA), description="set"
     )
     require_frozen: bool = True
     not_comparable_after_invalid_attempts: int = Field(
@@ -250,9 +264,15 @@ class Scoring(Frozen):
         return _unique_sorted(v, "measure")
 
 
+_DEFAULT_EQUAL: tuple[Literal["protocol_hash", "cell_set_hash"], ...] = (
+    "cell_set_hash",
+    "protocol_hash",
+)
+
+
 class Comparison(Frozen):
     require_equal: list[Literal["protocol_hash", "cell_set_hash"]] = Field(
-        default_factory=lambda: ["cell_set_hash", "protocol_hash"], description="set"
+        default_factory=lambda: list(_DEFAULT_EQUAL), description="set"
     )
     require_distinct_subjects: bool = True
     require_environment_conformance: bool = True
@@ -263,11 +283,19 @@ class Comparison(Frozen):
         return _unique_sorted(v, "field")
 
 
+_DEFAULT_OUTPUTS: tuple[Literal["json", "markdown"], ...] = ("json", "markdown")
+
+
 class Publication(Frozen):
     require_frozen: bool = True
     outputs: list[Literal["json", "markdown"]] = Field(
-        default_factory=lambda: ["json", "markdown"], description="set"
+        default_factory=lambda: list(_DEFAULT_OUTPUTS), description="set"
     )
+
+    @field_validator("outputs")
+    @classmethod
+    def _outputs_set(cls, v: list[str]) -> list[str]:
+        return _unique_sorted(v, "output")
 
 
 class Grader(Frozen):
@@ -383,7 +411,7 @@ class MatrixSection(Frozen):
 
 
 class Spec(Frozen):
-    schema_version: Literal["afb.spec/1"] = Field(alias="schema", default=SPEC_SCHEMA_VERSION)
+    schema_version: Literal["afb.spec/1"] = Field(alias="schema", default="afb.spec/1")
     protocol: ProtocolSection
     tools: list[Tool] = Field(min_length=1, description="set, keyed by name")
     task_sets: list[TaskSet] = Field(min_length=1, description="set, keyed by id")
@@ -399,13 +427,21 @@ class Spec(Frozen):
     sources: list[SourceContract] = Field(default_factory=list, description="set, keyed by id")
     factors: list[Factor] = Field(default_factory=list, description="set, keyed by id")
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
 
     @model_validator(mode="after")
     def _cross_references(self) -> Spec:
         _unique_ids([t.name for t in self.tools], "tools", "tool name")
         _unique_ids([s.id for s in self.task_sets], "task_sets", "task set id")
-        _unique_ids([t.id for s in self.task_sets for t in s.tasks], "task_sets.tasks", "task id")
+        _unique_task_ids(self.task_sets)
+        for si, ts in enumerate(self.task_sets):
+            for ti, t in enumerate(ts.tasks):
+                if t.bucket not in ts.buckets:
+                    raise _LocatedError(
+                        ("task_sets", si, "tasks", ti, "bucket"),
+                        f"bucket {t.bucket!r} of task {t.id!r} is not declared; expected one of "
+                        f"this task set's buckets {ts.buckets}",
+                    )
         _unique_ids([s.id for s in self.subjects], "subjects", "subject id")
         _unique_ids([f.id for f in self.faults], "faults", "fault id")
         _unique_ids([s.id for s in self.sources], "sources", "source id")
@@ -429,6 +465,7 @@ class Spec(Frozen):
                     raise _LocatedError(
                         ("faults", i, "applies_to", "buckets"), f"unknown bucket {b!r}"
                     )
+        _no_duplicate_cells(self)
         source_ids = {s.id for s in self.sources}
         for i, fac in enumerate(self.factors):
             if fac.source not in source_ids:
@@ -448,6 +485,46 @@ def _unique_ids(ids: list[str], where: str, what: str) -> None:
         if v in seen:
             raise _LocatedError((where, i), f"duplicate {what} {v!r}")
         seen.add(v)
+
+
+def _unique_task_ids(task_sets: list[TaskSet]) -> None:
+    seen: dict[str, tuple[int, int]] = {}
+    for si, s in enumerate(task_sets):
+        for ti, t in enumerate(s.tasks):
+            if t.id in seen:
+                a, b = seen[t.id]
+                raise _LocatedError(
+                    ("task_sets", si, "tasks", ti),
+                    f"duplicate task id {t.id!r} (also task_sets[{a}].tasks[{b}]); "
+                    "task ids are unique across all task sets",
+                )
+            seen[t.id] = (si, ti)
+
+
+def _no_duplicate_cells(spec: Spec) -> None:
+    """Two faults with one schedule, or two subjects with one agent+config, are one cell twice."""
+    schedules: dict[bytes, str] = {}
+    for i, f in enumerate(spec.faults):
+        key = canonical_bytes(
+            {"kind": f.kind.value, "trigger": f.trigger.model_dump(mode="json"), "p": f.parameters}
+        )
+        if key in schedules:
+            raise _LocatedError(
+                ("faults", i),
+                f"duplicate cells: fault {f.id!r} has the same kind, trigger and parameters as "
+                f"fault {schedules[key]!r}",
+            )
+        schedules[key] = f.id
+    configs: dict[bytes, str] = {}
+    for i, s in enumerate(spec.subjects):
+        key = canonical_bytes({"agent": s.agent, "config": s.config})
+        if key in configs:
+            raise _LocatedError(
+                ("subjects", i),
+                f"duplicate cells: subject {s.id!r} has the same agent and config as "
+                f"subject {configs[key]!r}",
+            )
+        configs[key] = s.id
 
 
 class _LocatedError(ValueError):
@@ -475,28 +552,149 @@ def _keypath(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def _locate_line(text: str, loc: tuple[Any, ...]) -> int | None:
-    """Best-effort line of a key path in TOML source (tomllib keeps no positions)."""
-    lines = text.splitlines()
-    start = 0
-    table: list[str] = []
-    for part in loc:
-        if isinstance(part, int):
-            header = re.compile(r"^\s*\[\[\s*" + re.escape(".".join(table)) + r"\s*\]\]")
-            hits = [i for i, line in enumerate(lines) if i >= start and header.match(line)]
-            if len(hits) > part:
-                start = hits[part]
+# A best-effort locator of a key path in TOML source: tomllib keeps no positions, so we find the
+# [table] / [[array]] headers, then `key =` inside a table's body, then walk inline arrays and
+# inline tables element by element. It returns the deepest line it could match (the table's
+# header when a key is missing), or None.
+
+_HEADER = re.compile(r"^[ \t]*(\[\[?)[ \t]*([^\[\]#]+?)[ \t]*\]\]?[ \t]*(?:#.*)?$", re.MULTILINE)
+
+
+def _name_parts(name: str) -> tuple[str, ...]:
+    return tuple(p.strip().strip("\"'") for p in name.split("."))
+
+
+def _skip_blank(text: str, pos: int) -> int:
+    while pos < len(text):
+        if text[pos] in " \t\r\n":
+            pos += 1
+        elif text[pos] == "#":
+            end = text.find("\n", pos)
+            pos = len(text) if end < 0 else end
+        else:
+            break
+    return pos
+
+
+def _skip_string(text: str, pos: int) -> int:
+    quote = text[pos]
+    if text.startswith(quote * 3, pos):
+        end = text.find(quote * 3, pos + 3)
+        return len(text) if end < 0 else end + 3
+    pos += 1
+    while pos < len(text) and text[pos] != quote and text[pos] != "\n":
+        pos += 2 if quote == '"' and text[pos] == "\\" else 1
+    return pos + 1
+
+
+def _inline_items(text: str, pos: int) -> list[tuple[int, int]]:
+    """(start of item, start of its value) for each item of the inline [..] or {..} at pos."""
+    items: list[tuple[int, int]] = []
+    depth, item_start = 0, None
+    while pos < len(text):
+        pos = _skip_blank(text, pos) if depth == 1 else pos
+        if pos >= len(text):
+            break
+        c = text[pos]
+        if c in "\"'":
+            if depth == 1 and item_start is None:
+                item_start = pos
+            pos = _skip_string(text, pos)
             continue
-        table.append(str(part))
-        key = re.compile(r"^\s*" + re.escape(str(part)) + r"\s*=")
-        sub = re.compile(r"^\s*\[+\s*" + re.escape(".".join(table)) + r"\s*\]+")
-        for i in range(start, len(lines)):
-            if key.match(lines[i]) or sub.match(lines[i]):
-                start = i
+        if c == "#":
+            end = text.find("\n", pos)
+            pos = len(text) if end < 0 else end
+            continue
+        if c in "[{":
+            depth += 1
+            if depth == 2 and item_start is None:
+                item_start = pos
+        elif c in "]}":
+            depth -= 1
+            if depth == 0:
+                if item_start is not None:
+                    items.append((item_start, item_start))
+                return items
+        elif c == "," and depth == 1:
+            if item_start is not None:
+                items.append((item_start, item_start))
+            item_start = None
+        elif depth == 1 and item_start is None and c not in " \t\r\n":
+            item_start = pos
+        pos += 1
+    return items
+
+
+def _inline_find(text: str, pos: int, loc: tuple[Any, ...]) -> int:
+    """Deepest position of `loc` inside the inline value starting at `pos`."""
+    for part in loc:
+        pos = _skip_blank(text, pos)
+        if pos >= len(text):
+            break
+        items = _inline_items(text, pos)
+        if isinstance(part, int):
+            if text[pos] != "[" or part >= len(items):
+                break
+            pos = items[part][0]
+            continue
+        if text[pos] != "{":
+            break
+        key = re.compile(r"[\"']?" + re.escape(str(part)) + r"[\"']?[ \t]*=[ \t]*")
+        for start, _ in items:
+            m = key.match(text, start)
+            if m:
+                pos = m.end()
                 break
         else:
-            return None
-    return start + 1 if loc else None
+            break
+    return pos
+
+
+def _locate_line(text: str, loc: tuple[Any, ...]) -> int | None:
+    if not loc:
+        return None
+    headers = [
+        (m.start(), _name_parts(m.group(2)), m.group(1) == "[[") for m in _HEADER.finditer(text)
+    ]
+    # The current table: where its header is, where its own keys end, where its extent ends.
+    header_pos: int | None = None
+    body = (0, headers[0][0] if headers else len(text))
+    extent = (0, len(text))
+    name: tuple[str, ...] = ()
+    parts = list(loc)
+    i = 0
+    while i < len(parts):
+        part = parts[i]
+        if isinstance(part, int):
+            break
+        key = re.compile(
+            r"^[ \t]*[\"']?" + re.escape(str(part)) + r"[\"']?[ \t]*[=.][ \t]*", re.MULTILINE
+        )
+        m = key.search(text, body[0], body[1])
+        if m:
+            pos = _inline_find(text, m.end(), tuple(parts[i + 1 :]))
+            return text.count("\n", 0, pos) + 1
+        want = (*name, str(part))
+        matches = [(p, arr) for p, n, arr in headers if n == want and extent[0] <= p < extent[1]]
+        if not matches:
+            break
+        is_array = matches[0][1]
+        if is_array and i + 1 < len(parts) and isinstance(parts[i + 1], int):
+            if parts[i + 1] >= len(matches):
+                break
+            chosen = matches[parts[i + 1]][0]
+            i += 2
+        else:
+            chosen = matches[0][0]
+            i += 1
+        later = [(p, n) for p, n, _ in headers if p > chosen]
+        body = (chosen, later[0][0] if later else len(text))
+        end = next((p for p, n in later if n[: len(want)] != want or n == want), extent[1])
+        extent = (chosen, end)
+        header_pos, name = chosen, want
+    if header_pos is None:
+        return None
+    return text.count("\n", 0, header_pos) + 1
 
 
 _TOML_LINE = re.compile(r"at line (\d+)")
@@ -519,41 +717,105 @@ def load_spec(path: Path) -> Spec:
     try:
         canonical_bytes(_plain(raw))
     except CanonicalError as exc:
+        loc = _pointer_loc(raw, exc.path)
+        msg = str(exc).split(": ", 1)[-1]
+        if "has no JSON representation" in msg:
+            msg += "; expected a string, number, boolean, array or table (quote dates and times)"
         raise InputError(
-            str(exc).split(": ", 1)[-1], file=name, key=exc.path.strip("/").replace("/", ".")
+            msg,
+            file=name,
+            key=_keypath(loc) or None,
+            line=_locate_line(text, loc),
         ) from exc
     try:
         spec = Spec.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+        err = errors[0]
         loc = tuple(err["loc"])
         ctx_err = (err.get("ctx") or {}).get("error")
         if isinstance(ctx_err, _LocatedError):
             loc = ctx_err.loc
             msg = str(ctx_err)
         else:
-            msg = _describe(err)
-        more = f" (and {len(exc.errors()) - 1} more problems)" if len(exc.errors()) > 1 else ""
+            msg = _describe(err, loc)
+        more = "".join(
+            f"; also at `{_keypath(tuple(e['loc']))}`: {_describe(e, tuple(e['loc']))}"
+            for e in errors[1:3]
+        )
+        if len(errors) > 3:
+            more += f" (and {len(errors) - 3} more problems)"
         raise InputError(
             msg + more, file=name, key=_keypath(loc) or None, line=_locate_line(text, loc)
         ) from exc
-    _check_paths(spec, path)
+    _check_paths(spec, path, text)
     return spec
 
 
-def _describe(err: Any) -> str:
+def _pointer_loc(raw: Any, pointer: str) -> tuple[str | int, ...]:
+    """A CanonicalError's JSON-pointer-like path as a key path (list indices as ints)."""
+    loc: list[str | int] = []
+    node = raw
+    for token in [t for t in pointer.split("/") if t]:
+        key = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            loc.append(int(key))
+            node = node[int(key)]
+        elif isinstance(node, dict) and key in node:
+            loc.append(key)
+            node = node[key]
+        else:
+            loc.append(key)
+            node = None
+    return tuple(loc)
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The spec model that holds the key at `loc` (for listing the keys it accepts)."""
+    model: Any = Spec
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        fields = {f.alias or n: f for n, f in model.model_fields.items()}
+        field = fields.get(str(part))
+        if field is None:
+            return None
+        model = _unwrap_model(field.annotation)
+        if model is None:
+            return None
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _unwrap_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _unwrap_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _describe(err: Any, loc: tuple[Any, ...] = ()) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
-        return "unknown key (not part of the spec language)"
+        model = _model_at(loc[:-1])
+        if model is None:
+            return "unknown key (not part of the spec language)"
+        allowed = sorted(f.alias or n for n, f in model.model_fields.items())
+        return f"unknown key {loc[-1]!r}; expected one of: {', '.join(allowed)}"
     if kind == "missing":
         return "required key is missing"
+    if kind == "value_error":
+        return str(err["msg"]).removeprefix("Value error, ")
     got = err.get("input")
     shown = f" (got {got!r})" if not isinstance(got, dict | list) else ""
-    return "expected: " + err["msg"].removeprefix("Value error, ") + shown
+    return "expected: " + str(err["msg"]).removeprefix("Value error, ") + shown
 
 
 def _plain(value: Any) -> Any:
-    # TOML dates/times have no JSON form: reject them here with the key path, as input errors.
+    # A plain copy; TOML dates/times have no JSON form, so canonical_bytes then rejects them with
+    # their key path, as input errors.
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -561,21 +823,31 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _check_paths(spec: Spec, spec_path: Path) -> None:
+def _check_paths(spec: Spec, spec_path: Path, text: str = "") -> None:
     base = spec_path.resolve().parent
-    checks: list[tuple[str, str]] = []
+    checks: list[tuple[tuple[str | int, ...], str]] = []
     for si, s in enumerate(spec.task_sets):
         for ti, t in enumerate(s.tasks):
             if t.path is not None:
-                checks.append((f"task_sets[{si}].tasks[{ti}].path", t.path))
-    for key, rel in checks:
+                checks.append((("task_sets", si, "tasks", ti, "path"), t.path))
+    for loc, rel in checks:
+        key, line = _keypath(loc), _locate_line(text, loc)
         resolved = (base / rel).resolve()
         if Path(rel).is_absolute() or not resolved.is_relative_to(base):
             raise InputError(
-                f"path {rel!r} escapes the spec's folder {base}", file=str(spec_path), key=key
+                f"path {rel!r} escapes the spec's folder; expected a path relative to, and "
+                f"inside, {base}",
+                file=str(spec_path),
+                key=key,
+                line=line,
             )
         if not resolved.exists():
-            raise InputError(f"path {rel!r} does not exist", file=str(spec_path), key=key)
+            raise InputError(
+                f"path {rel!r} does not exist (relative to {base})",
+                file=str(spec_path),
+                key=key,
+                line=line,
+            )
     root = project_root()
     for i, c in enumerate(spec.grader.code):
         key = f"grader.code[{i}]"

@@ -24,17 +24,19 @@ class Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Operand(Frozen):
-    """Either a path into the observations (`name.field.sub`) or a constant."""
+class PathOperand(Frozen):
+    """A path into the observations (`name.field.sub`)."""
 
-    path: str | None = None
-    const: Any = None
+    path: str
 
-    @model_validator(mode="after")
-    def _one(self) -> Operand:
-        if (self.path is None) == ("const" not in self.model_fields_set):
-            raise ValueError("an operand is exactly one of `path` or `const`")
-        return self
+
+class ConstOperand(Frozen):
+    """A constant (which may be null)."""
+
+    const: Any
+
+
+Operand = PathOperand | ConstOperand
 
 
 class Condition(Frozen):
@@ -86,7 +88,7 @@ class WitnessContract(Frozen):
         if len(set(ids)) != len(ids):
             raise ValueError("duplicate predicate id")
         for p in self.predicates:
-            for path in (p.left, p.right.path if p.right else None):
+            for path in (p.left, p.right.path if isinstance(p.right, PathOperand) else None):
                 if path is not None and path.split(".")[0] not in names | {"fault"}:
                     raise ValueError(f"predicate {p.id}: {path!r} names no declared observation")
         return self
@@ -114,7 +116,9 @@ def _compare(op: str, left: Any, right: Any) -> bool:
         return bool(left != right)
     if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (left, right)):
         return False  # ordering a non-number is a contradiction, never a pass
-    return {"gt": left > right, "ge": left >= right, "lt": left < right, "le": left <= right}[op]
+    return bool(
+        {"gt": left > right, "ge": left >= right, "lt": left < right, "le": left <= right}[op]
+    )
 
 
 def evaluate_witness(
@@ -139,7 +143,9 @@ def evaluate_witness(
             ok = isinstance(left, str | list | dict) and len(left) > 0
         else:
             assert p.right is not None
-            right = _lookup(scope, p.right.path) if p.right.path is not None else p.right.const
+            right = (
+                _lookup(scope, p.right.path) if isinstance(p.right, PathOperand) else p.right.const
+            )
             ok = left is not _MISSING and right is not _MISSING and _compare(p.op, left, right)
         if not ok:
             violations.append(p.id)

@@ -1,0 +1,220 @@
+"""Build real run directories (journals, blobs, protocol.json) from declared per-cell outcomes.
+
+Evaluator tests use the record models and the real journal writer; only the runtime that would
+normally produce these records is left out, because these tests are about judging, not doing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from runner.evaluator.freeze import FreezeRecord
+from runner.evaluator.identities import Identities, compute
+from runner.evaluator.journal import EvidenceStore
+from runner.evaluator.matrix import Slot, resolve
+from runner.evaluator.records import (
+    ActuatorReceipt,
+    AttemptEnded,
+    AttemptStarted,
+    GraderResult,
+    HarnessError,
+    LifecycleTransition,
+    ToolCallCount,
+    TriggerReached,
+    WitnessObservation,
+)
+from runner.evaluator.runfile import RunProtocol, write_protocol
+from runner.evaluator.spec import FaultKind, Spec, load_spec
+from runner.evaluator.witness import load_contracts
+from runner.evaluator.inputs import project_root
+
+HERE = Path(__file__).parent
+SPEC_AB = HERE / "spec_ab.toml"
+
+# Observations that satisfy each witness contract (what a real collector would have written).
+GOOD: dict[FaultKind, dict[str, dict[str, Any]]] = {
+    FaultKind.SANDBOX_RESTART: {
+        "sandbox_before": {"collector": "sandbox_inspector", "container_id": "c1",
+                           "init_pid": 100, "started_at": "1", "boot_token": "tok-a"},
+        "sandbox_after": {"collector": "sandbox_inspector", "container_id": "c1",
+                          "init_pid": 200, "started_at": "2", "boot_token": "tok-b"},
+        "interposer_session": {"collector": "tool_interposer", "stale_session_failed": True,
+                               "reattached": True, "old_epoch": 1, "new_epoch": 2},
+    },
+    FaultKind.SIGKILL_MID_TOOL_CALL: {
+        "target_process": {"collector": "process_registry", "pid": 4242,
+                           "start_time": "777", "call_id": "call-3"},
+        "reaper_exit": {"collector": "reaper", "pid": 4242, "start_time": "777",
+                        "signaled": True, "term_signal": 9},
+        "interposer_call": {"collector": "tool_interposer", "call_id": "call-3",
+                            "in_flight": True},
+    },
+    FaultKind.NETWORK_PARTITION: {
+        "rule_state": {"collector": "nft_reader", "rule_present": True,
+                       "counter_packets_before": 0, "counter_packets_after": 3},
+        "probe_during": {"collector": "netns_prober", "target_reachable": False,
+                         "control_reachable": True},
+        "probe_after_release": {"collector": "netns_prober", "target_reachable": True},
+    },
+    FaultKind.LOST_RESPONSE: {
+        "proxy_connection": {"collector": "egress_proxy", "connection_id": "k1",
+                             "upstream_request_bytes": 120, "upstream_response_bytes": 88,
+                             "downstream_response_bytes": 0},
+        "destination_ledger": {"collector": "destination_ledger", "committed": True,
+                               "effect_id": "eff-1"},
+        "agent_side": {"collector": "egress_proxy", "transport_failure": True},
+    },
+}  # fmt: skip
+
+# What a no-op actuator's target really shows: nothing changed, though "applied" was reported.
+NOOP: dict[FaultKind, dict[str, dict[str, Any]]] = {
+    FaultKind.SANDBOX_RESTART: {
+        **GOOD[FaultKind.SANDBOX_RESTART],
+        "sandbox_after": dict(GOOD[FaultKind.SANDBOX_RESTART]["sandbox_before"]),
+        "interposer_session": {"collector": "tool_interposer", "stale_session_failed": False,
+                               "reattached": False, "old_epoch": 1, "new_epoch": 1},
+    },
+    FaultKind.SIGKILL_MID_TOOL_CALL: {
+        **GOOD[FaultKind.SIGKILL_MID_TOOL_CALL],
+        "reaper_exit": {"collector": "reaper", "pid": 4242, "start_time": "777",
+                        "signaled": False, "term_signal": None},
+    },
+    FaultKind.NETWORK_PARTITION: {
+        "rule_state": {"collector": "nft_reader", "rule_present": False,
+                       "counter_packets_before": 0, "counter_packets_after": 0},
+        "probe_during": {"collector": "netns_prober", "target_reachable": True,
+                         "control_reachable": True},
+        "probe_after_release": {"collector": "netns_prober", "target_reachable": True},
+    },
+    FaultKind.LOST_RESPONSE: {
+        **GOOD[FaultKind.LOST_RESPONSE],
+        "proxy_connection": {**GOOD[FaultKind.LOST_RESPONSE]["proxy_connection"],
+                             "downstream_response_bytes": 88},
+        "agent_side": {"collector": "egress_proxy", "transport_failure": False},
+    },
+}  # fmt: skip
+
+# Outcome names understood by `write_attempt`.
+OUTCOMES = (
+    "completed", "failed", "duplicate", "pre_trigger", "mismatch",
+    "noop", "no_witness", "harness", "wrong_scorer",
+)  # fmt: skip
+
+
+def frozen_record(ids: Identities) -> FreezeRecord:
+    return FreezeRecord(
+        type="freeze",
+        protocol_id=ids.protocol_id,
+        protocol_version=ids.protocol_version,
+        protocol_hash=ids.protocol_hash,
+        parent_protocol_hash=None,
+        reason="test",
+        identities=ids,
+        recorded_at="2026-01-01T00:00:00Z",
+        previous_record=None,
+    )
+
+
+class Run:
+    def __init__(
+        self,
+        run_dir: Path,
+        spec_path: Path = SPEC_AB,
+        frozen: bool = True,
+        spec_text: str | None = None,
+        slots_filter: Callable[[list[Slot]], list[Slot]] | None = None,
+        evaluator: str | None = None,
+        fixed_clock: bool = False,
+    ) -> None:
+        self.run_dir = run_dir
+        self.spec: Spec = load_spec(spec_path)
+        self.matrix = resolve(self.spec)
+        self.ids = compute(self.spec, spec_path, self.matrix, evaluator=evaluator)
+        self._tick = 1_700_000_000_000_000_000
+        self.clock = self._fixed if fixed_clock else None
+        slots = self.matrix.slots if slots_filter is None else slots_filter(self.matrix.slots)
+        self.slots = slots
+        self.protocol = RunProtocol(
+            run_id="test",
+            spec_name=spec_path.name,
+            spec_text=spec_text or spec_path.read_text(),
+            identities=self.ids,
+            slots=slots,
+            contracts=list(load_contracts(project_root() / "witnesses").values()),
+            freeze_record=frozen_record(self.ids) if frozen else None,
+        )
+        write_protocol(run_dir, self.protocol)
+        self.store = EvidenceStore(run_dir)
+
+    def _fixed(self) -> int:
+        self._tick += 1000
+        return self._tick
+
+    def cells(self, subject: str) -> list[tuple[str, Slot]]:
+        from runner.evaluator.matrix import cell_id
+
+        h = self.ids.subject_config_hashes[subject]
+        return [(cell_id(s.slot_id, h), s) for s in self.slots]
+
+    def write_attempt(
+        self, subject: str, cell: str, slot: Slot, attempt: int, outcome: str,
+        calls: int = 8, wall_ns: int = 1_000_000,
+    ) -> None:  # fmt: skip
+        kind = slot.schedule.kind
+        name = f"{cell[7:23]}-a{attempt}"
+        j = self.store.journal(name, self.clock) if self.clock else self.store.journal(name)
+        ref = {"cell_id": cell, "attempt": attempt}
+        j.append(AttemptStarted(**ref, slot_id=slot.slot_id, subject_id=subject,
+                                subject_config_hash=self.ids.subject_config_hashes[subject],
+                                fault_id=slot.schedule.fault_id, kind=kind))  # fmt: skip
+        if outcome == "harness":
+            j.append(HarnessError(**ref, stage="sandbox_create", message="container did not start"))
+            j.append(AttemptEnded(**ref, outcome="harness_error", trigger_reached=False,
+                                  wall_ns=str(wall_ns)))  # fmt: skip
+            j.close()
+            return
+        reached = kind is not FaultKind.NONE and outcome not in ("pre_trigger", "mismatch")
+        if reached:
+            fid = slot.schedule.fault_id
+            trig = slot.schedule.trigger or {}
+            j.append(TriggerReached(**ref, fault_id=fid, call_id="call-3", tool=trig["tool"],
+                                    ordinal=trig["ordinal"], phase=trig["phase"]))  # fmt: skip
+            for state in ("scheduled", "armed"):
+                j.append(LifecycleTransition(**ref, fault_id=fid, state=state))
+            j.append(ActuatorReceipt(**ref, fault_id=fid, kind=kind, actuator="test",
+                                     applied=True))  # fmt: skip
+            j.append(LifecycleTransition(**ref, fault_id=fid, state="injected"))
+            if outcome != "no_witness":
+                table = NOOP if outcome == "noop" else GOOD
+                for name, obs in table[kind].items():
+                    j.append(WitnessObservation(**ref, fault_id=fid, kind=kind, name=name,
+                                                observation=obs))  # fmt: skip
+                j.append(LifecycleTransition(**ref, fault_id=fid, state="witnessed"))
+            j.append(LifecycleTransition(**ref, fault_id=fid, state="recovered"))
+        done = outcome in ("completed", "duplicate", "mismatch", "noop", "no_witness",
+                           "wrong_scorer")  # fmt: skip
+        j.append(ToolCallCount(**ref, calls=calls, by_tool={"write_file": calls}))
+        j.append(GraderResult(
+            **ref, grader_id="test-grader", grader_version="1",
+            scorer_version="2" if outcome == "wrong_scorer" else "1",
+            completed=done, intended_effects=1,
+            committed_effects=2 if outcome == "duplicate" else (1 if done else 0),
+            shape_ok=True,
+        ))  # fmt: skip
+        j.append(AttemptEnded(**ref, outcome="subject_finished", trigger_reached=reached,
+                              wall_ns=str(wall_ns)))  # fmt: skip
+        j.close()
+
+    def fill(self, subject: str, outcome_for: Callable[[int, Slot], str | None]) -> None:
+        """Write one attempt per cell; `outcome_for(i, slot)` None leaves the cell missing."""
+        for i, (cell, slot) in enumerate(self.cells(subject)):
+            o = outcome_for(i, slot)
+            if o is not None:
+                self.write_attempt(subject, cell, slot, 1, o)
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat()
