@@ -1,0 +1,112 @@
+"""The evaluator digest is derivable with or without Nix, from one declaration of its inputs.
+
+Nix here cannot fetch nixpkgs, so the flake's outputs are not built; what is tested is what can
+be: the flake parses, its evaluator-input selection (nix/evaluator-inputs.nix, builtins only)
+copies exactly the bytes the Python digest covers, and `nix hash path` agrees with the Python
+NAR implementation on trees with executable files and symlinks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from runner.evaluator.inputs import evaluator_digest, export_inputs, load_declaration
+from runner.evaluator.nar import nar_sha256
+
+ROOT = Path(__file__).resolve().parents[2]
+needs_nix = pytest.mark.skipif(shutil.which("nix-instantiate") is None, reason="nix not installed")
+
+
+def _nix(*args: str) -> str:
+    return subprocess.run(args, check=True, capture_output=True, text=True, timeout=300).stdout
+
+
+def _nix_selected(root: Path) -> Path:
+    out = _nix(
+        "nix-instantiate", "--read-write-mode", "--eval", "--strict", "--json",
+        "--arg", "root", str(root), str(ROOT / "nix" / "evaluator-inputs.nix"),
+    )  # fmt: skip
+    return Path(json.loads(out))
+
+
+@needs_nix
+def test_flake_parses() -> None:
+    _nix("nix-instantiate", "--parse", str(ROOT / "flake.nix"))
+
+
+def test_flake_reads_the_single_declaration() -> None:
+    flake = (ROOT / "flake.nix").read_text()
+    selector = (ROOT / "nix" / "evaluator-inputs.nix").read_text()
+    assert "import ./nix/evaluator-inputs.nix" in flake
+    assert 'builtins.readFile (root + "/evaluator-inputs.json")' in selector
+    assert "uv2nix" in flake and "loadWorkspace" in flake  # packages built from uv.lock
+    assert "images/swe-lite/" not in flake or "image.toml" in flake
+
+
+@needs_nix
+def test_flake_selection_equals_python_digest(tmp_path: Path) -> None:
+    # Evaluate the flake's own filter on a copy of the checkout (minus bulky dirs), then hash
+    # the store path it produced with nix-hash: it must equal the Python digest.
+    copy = tmp_path / "checkout"
+    shutil.copytree(
+        ROOT, copy, symlinks=True,
+        ignore=shutil.ignore_patterns(".venv", ".tools", ".git", "runs", "*.pyc", "__pycache__"),
+    )  # fmt: skip
+    store_path = _nix_selected(copy)
+    nar = _nix("nix-hash", "--type", "sha256", str(store_path)).strip()
+    assert "sha256:" + nar == evaluator_digest(copy)
+    # And the selection holds exactly the declared files, nothing of the runtime.
+    selected = {str(p.relative_to(store_path)) for p in store_path.rglob("*") if p.is_file()}
+    assert "runner/evaluator/spec.py" in selected
+    assert not any(s.startswith("runner/runtime") or s.startswith("runner/cli") for s in selected)
+
+
+@needs_nix
+def test_nix_hash_path_agrees_with_exec_bits_and_symlinks(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    shutil.copytree(ROOT / "runner" / "evaluator", root / "runner" / "evaluator",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    for rel in ("evaluator-inputs.json", "runner/__init__.py", "uv.lock"):
+        shutil.copy2(ROOT / rel, root / rel)
+    shutil.copytree(ROOT / "schemas", root / "schemas")
+    shutil.copytree(ROOT / "witnesses", root / "witnesses")
+    tool = root / "schemas" / "regen.sh"
+    tool.write_text("#!/bin/sh\necho regen\n")
+    tool.chmod(0o755)
+    os.symlink("regen.sh", root / "schemas" / "latest")
+    export = tmp_path / "export"
+    export_inputs(root, export)
+    assert os.access(export / "schemas" / "regen.sh", os.X_OK)
+    assert (export / "schemas" / "latest").is_symlink()
+    py = evaluator_digest(root)
+    nix = _nix("nix", "--extra-experimental-features", "nix-command", "hash", "path",
+               "--base16", str(export)).strip()  # fmt: skip
+    assert py == "sha256:" + nix == "sha256:" + nar_sha256(export)
+    # The exec bit and the symlink are part of the identity.
+    tool.chmod(0o644)
+    assert evaluator_digest(root) != py
+    tool.chmod(0o755)
+    os.unlink(root / "schemas" / "latest")
+    os.symlink("spec.schema.json", root / "schemas" / "latest")
+    assert evaluator_digest(root) != py
+
+
+def test_runtime_change_leaves_digest_alone_evaluator_change_moves_it(tmp_path: Path) -> None:
+    decl = load_declaration(ROOT)
+    root = tmp_path / "r"
+    export_inputs(ROOT, root)
+    (root / "runner" / "runtime").mkdir()
+    (root / "runner" / "runtime" / "x.py").write_text("print(1)\n")
+    before = evaluator_digest(root)
+    (root / "runner" / "runtime" / "x.py").write_text("print(2)\n")
+    assert evaluator_digest(root) == before
+    target = root / "runner" / "evaluator" / "canonical.py"
+    target.write_bytes(target.read_bytes() + b"\n")
+    assert evaluator_digest(root) != before
+    assert "runner/evaluator" in decl.paths
