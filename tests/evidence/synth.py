@@ -13,6 +13,7 @@ from typing import Any
 
 from runner.evaluator.freeze import FreezeRecord
 from runner.evaluator.identities import Identities, compute
+from runner.evaluator.inputs import project_root
 from runner.evaluator.journal import EvidenceStore
 from runner.evaluator.matrix import Slot, resolve
 from runner.evaluator.records import (
@@ -29,7 +30,6 @@ from runner.evaluator.records import (
 from runner.evaluator.runfile import RunProtocol, write_protocol
 from runner.evaluator.spec import FaultKind, Spec, load_spec
 from runner.evaluator.witness import load_contracts
-from runner.evaluator.inputs import project_root
 
 HERE = Path(__file__).parent
 SPEC_AB = HERE / "spec_ab.toml"

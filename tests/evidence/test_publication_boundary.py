@@ -12,11 +12,11 @@ from typer.testing import CliRunner
 
 from runner.cli.main import app
 from runner.evaluator.inputs import evaluator_digest
+from runner.evaluator.matrix import resolve
 from runner.evaluator.publication import PublishableScorecard, build_scorecard
 from runner.evaluator.records import AttemptEnded
 from runner.evaluator.results import derive, verify, write_results
 from runner.evaluator.schemas import MODELS
-from runner.evaluator.matrix import resolve
 from runner.evaluator.spec import FaultKind, load_spec
 
 from .synth import OUTCOMES, SPEC_AB, Run
@@ -137,11 +137,14 @@ def test_scorecard_cannot_be_built_from_an_ineligible_or_forged_proof(tmp_path: 
     with pytest.raises(ValueError, match="eligible proof"):
         build_scorecard(res["b"].evaluation, r.slots)
     with pytest.raises(ValueError):
-        PublishableScorecard.model_validate({**doc, "proof": bad_proof.model_dump(mode="json", by_alias=True), "proof_hash": bad_proof.proof_hash})  # fmt: skip
+        bad = bad_proof.model_dump(mode="json", by_alias=True)
+        PublishableScorecard.model_validate({**doc, "proof": bad, "proof_hash": bad["proof_hash"]})
     flipped = {**bad_proof.model_dump(mode="json", by_alias=True), "decision": "eligible",
                "reason_codes": []}  # fmt: skip
     with pytest.raises(ValueError, match="hash"):
-        PublishableScorecard.model_validate({**doc, "proof": flipped, "proof_hash": flipped["proof_hash"]})  # fmt: skip
+        PublishableScorecard.model_validate(
+            {**doc, "proof": flipped, "proof_hash": flipped["proof_hash"]}
+        )
     forged = {**doc["proof"], "evidence_root_hash": "sha256:" + "2" * 64}
     with pytest.raises(ValueError, match="hash"):
         PublishableScorecard.model_validate({**doc, "proof": forged})
