@@ -128,6 +128,7 @@ class Run:
         slots_filter: Callable[[list[Slot]], list[Slot]] | None = None,
         evaluator: str | None = None,
         fixed_clock: bool = False,
+        in_memory: bool = False,
     ) -> None:
         self.run_dir = run_dir
         self.spec: Spec = load_spec(spec_path)
@@ -146,8 +147,10 @@ class Run:
             contracts=list(load_contracts(project_root() / "witnesses").values()),
             freeze_record=frozen_record(self.ids) if frozen else None,
         )
-        write_protocol(run_dir, self.protocol)
-        self.store = EvidenceStore(run_dir)
+        self.memory: list[tuple[str, int, Any]] | None = [] if in_memory else None
+        if not in_memory:
+            write_protocol(run_dir, self.protocol)
+            self.store = EvidenceStore(run_dir)
 
     def _fixed(self) -> int:
         self._tick += 1000
@@ -165,7 +168,11 @@ class Run:
     ) -> None:  # fmt: skip
         kind = slot.schedule.kind
         name = f"{cell[7:23]}-a{attempt}"
-        j = self.store.journal(name, self.clock) if self.clock else self.store.journal(name)
+        j: Any
+        if self.memory is not None:
+            j = _MemJournal(name, self.memory)
+        else:
+            j = self.store.journal(name, self.clock) if self.clock else self.store.journal(name)
         ref = {"cell_id": cell, "attempt": attempt}
         j.append(AttemptStarted(**ref, slot_id=slot.slot_id, subject_id=subject,
                                 subject_config_hash=self.ids.subject_config_hashes[subject],
@@ -214,6 +221,20 @@ class Run:
             o = outcome_for(i, slot)
             if o is not None:
                 self.write_attempt(subject, cell, slot, 1, o)
+
+
+class _MemJournal:
+    """Same records, same positions, no disk: for property tests that evaluate many runs."""
+
+    def __init__(self, name: str, sink: list[tuple[str, int, Any]]) -> None:
+        self.name, self.sink, self.seq = name, sink, 0
+
+    def append(self, record: Any) -> None:
+        self.seq += 1
+        self.sink.append((self.name, self.seq, record))
+
+    def close(self) -> None:
+        pass
 
 
 def now() -> str:
