@@ -15,6 +15,7 @@ from runner.evaluator import freeze as freezing
 from runner.evaluator.canonical import CanonicalError, canonical_bytes, parse_json, sha256_digest
 from runner.evaluator.errors import InputError
 from runner.evaluator.identities import compute
+from runner.evaluator.inputs import project_root
 from runner.evaluator.matrix import resolve
 from runner.evaluator.schemas import write_schemas
 from runner.evaluator.spec import load_spec
@@ -130,10 +131,13 @@ def amend(
 @app.command()
 @guarded
 def schema(
-    directory: Annotated[Path, typer.Option(help="where to write")] = Path("schemas"),
+    directory: Annotated[
+        Path | None, typer.Option(help="where to write (default: the checkout's schemas/)")
+    ] = None,
     check: Annotated[bool, typer.Option(help="only report drift, exit 1 on any")] = False,
 ) -> None:
     """Regenerate the JSON Schemas in schemas/ from the typed models."""
+    directory = directory or project_root() / "schemas"
     changed = write_schemas(directory, check=check)
     for name in changed:
         out.print(f"{'drift' if check else 'wrote'} {directory / name}")

@@ -20,6 +20,7 @@ from .runfile import RunProtocol
 from .spec import Spec
 from .witness import WitnessContract, WitnessVerdict
 
+
 class JournalLine(BaseModel):
     """One journal line: a record in its hash-chained envelope (see journal.py)."""
 
