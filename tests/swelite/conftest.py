@@ -14,7 +14,7 @@ from runner.runtime.images import extract_source, fetch_sources
 from runner.runtime.swelite_grade import Task, load_tasks
 
 REPO = Path(__file__).resolve().parents[2]
-TASKS_ROOT = REPO / "tasks" / "swe-lite"
+TASKS_ROOT = REPO / "specs" / "swe-lite"
 IMAGE_DIR = REPO / "images" / "swe-lite"
 
 

@@ -64,8 +64,8 @@ def test_image_toml_is_plain_data() -> None:
 def _copy_inputs(tmp_path: Path) -> Path:
     img = tmp_path / "images" / "swe-lite"
     shutil.copytree(IMAGE_DIR, img)
-    (tmp_path / "tasks" / "swe-lite").mkdir(parents=True)
-    shutil.copy(TASKS_ROOT / "sources.toml", tmp_path / "tasks" / "swe-lite")
+    (tmp_path / "specs" / "swe-lite").mkdir(parents=True)
+    shutil.copy(TASKS_ROOT / "sources.toml", tmp_path / "specs" / "swe-lite")
     return img
 
 
