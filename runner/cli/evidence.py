@@ -53,7 +53,7 @@ def summary_table(results: dict[str, SubjectResult]) -> Table:
 
 
 def evaluate_and_write(run_dir: Path) -> dict[str, SubjectResult]:
-    from .environment_hook import environment_hook
+    from runner.evaluator.envcheck import environment_hook
 
     _, results, files = derive(run_dir, evaluator_digest(), environment_hook)
     write_results(run_dir, files)
@@ -78,7 +78,7 @@ def evaluate(run_dir: RunDir) -> None:
 def verify(run_dir: RunDir) -> None:
     """Recompute every hash, journal chain, blob address and result; name the first mismatch."""
     _need_run_dir(run_dir)
-    from .environment_hook import environment_hook
+    from runner.evaluator.envcheck import environment_hook
 
     problems = verify_run(run_dir, evaluator_digest(), environment_hook)
     if problems:
@@ -97,7 +97,7 @@ def compare(
     registry: Annotated[Path, typer.Option(help="refuse retired results")] = DEFAULT_REGISTRY,
 ) -> None:
     """Compare publishable scorecards (gated); refuse with reasons and write nothing otherwise."""
-    from .environment_hook import environment_pair_check
+    from runner.evaluator.envcheck import environment_pair_check
 
     reg = Registry(registry)
     comparison, reasons = compare_results(results, environment_pair_check, reg.retired)

@@ -13,7 +13,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .canonical import digest
 from .errors import EvidenceError
 from .publication import Measures, PublishableScorecard
-from .results import load_result
 
 COMPARISON_SCHEMA = "afb.comparison/1"
 EnvPairCheck = Callable[[list[tuple[Path, PublishableScorecard]]], tuple[str | None, list[str]]]
@@ -47,6 +46,9 @@ def compare(
     env_check: EnvPairCheck | None = None,
     retired: Callable[[str], str | None] | None = None,
 ) -> tuple[Comparison | None, list[str]]:
+    """Load result files and gate them; refuse anything that is not a publishable scorecard."""
+    from .results import load_result  # results imports this module
+
     reasons: list[str] = []
     cards: list[tuple[Path, PublishableScorecard]] = []
     if len(paths) < 2:
@@ -64,23 +66,35 @@ def compare(
         if state:
             reasons.append(f"{state}:{p}")
         cards.append((p, r))
-    if cards:
-        if len({c.protocol_hash for _, c in cards}) > 1:
-            reasons.append("protocol_hash_differs")
-        if len({c.cell_set_hash for _, c in cards}) > 1:
-            reasons.append("cell_set_differs")
-        hashes = [c.subject_config_hash for _, c in cards]
-        if len(set(hashes)) != len(hashes):
-            reasons.append("subjects_not_distinct")
-        if any(c.proof.protocol_status != "frozen" for _, c in cards):
-            reasons.append("protocol_not_frozen")
+    reasons += gate([c for _, c in cards])
     env_proof = None
     if cards and env_check is not None and not reasons:
         env_proof, env_reasons = env_check(cards)
         reasons += env_reasons
     if reasons:
         return None, reasons
-    first = cards[0][1]
+    return build([c for _, c in cards], env_proof), []
+
+
+def gate(cards: list[PublishableScorecard]) -> list[str]:
+    """The comparison rules that hold between scorecards themselves."""
+    reasons: list[str] = []
+    if not cards:
+        return reasons
+    if len({c.protocol_hash for c in cards}) > 1:
+        reasons.append("protocol_hash_differs")
+    if len({c.cell_set_hash for c in cards}) > 1:
+        reasons.append("cell_set_differs")
+    hashes = [c.subject_config_hash for c in cards]
+    if len(set(hashes)) != len(hashes):
+        reasons.append("subjects_not_distinct")
+    if any(c.proof.protocol_status != "frozen" for c in cards):
+        reasons.append("protocol_not_frozen")
+    return reasons
+
+
+def build(cards: list[PublishableScorecard], env_proof: str | None) -> Comparison:
+    first = cards[0]
     subjects = [
         ComparedSubject(
             subject_id=c.subject_id,
@@ -90,7 +104,7 @@ def compare(
             overall=c.overall,
             strata=c.strata,
         )
-        for _, c in sorted(cards, key=lambda pc: (pc[1].subject_id, pc[1].subject_config_hash))
+        for c in sorted(cards, key=lambda c: (c.subject_id, c.subject_config_hash))
     ]
     body = {
         "schema": COMPARISON_SCHEMA,
@@ -100,7 +114,7 @@ def compare(
         "environment_conformance": env_proof,
         "subjects": [s.model_dump(mode="json") for s in subjects],
     }
-    return Comparison.model_validate({**body, "comparison_hash": digest(body)}), []
+    return Comparison.model_validate({**body, "comparison_hash": digest(body)})
 
 
 def comparison_md(c: Comparison) -> str:

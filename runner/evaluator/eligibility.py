@@ -14,11 +14,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .canonical import canonical_bytes, digest
-from .journal import EvidenceStore
-from .matrix import cell_id as make_cell_id
-from .matrix import stratum_key
-from .outcomes import Positioned, TerminalRecord, group_attempts, terminal_record
+from .canonical import MAX_SAFE_INTEGER, digest
+from .journal import JSON_ENCODER, EvidenceStore, fast_canonical_bytes, fast_digest
+from .matrix import Slot, stratum_key
+from .outcomes import AttemptVerdict, Positioned, TerminalRecord, group_attempts, terminal_record
 from .records import EnvironmentRecorded
 from .runfile import RunProtocol, consistency_problems
 from .spec import FaultKind, Status
@@ -82,6 +81,11 @@ def seal_proof(fields: dict[str, Any]) -> EligibilityProof:
 # ------------------------------------------------------------------------------ evidence root
 
 
+def _cell_id(slot_id: str, subject_hash: str) -> str:
+    """`matrix.cell_id`, through the fast encoder (same bytes, same digest)."""
+    return fast_digest({"slot": slot_id, "subject": subject_hash})
+
+
 def evidence_root(leaves: Iterable[str]) -> str:
     """Order-independent root: SHA-256 over the sorted leaf digests, one per line."""
     h = hashlib.sha256(b"afb.evidence-root/1\n")
@@ -92,12 +96,40 @@ def evidence_root(leaves: Iterable[str]) -> str:
 
 def leaf(at_ns: str, record: dict[str, Any]) -> str:
     # Each record with its own timestamp; seq and prev are positions, left out on purpose.
-    return digest({"at_ns": at_ns, "record": record})
+    return fast_digest({"at_ns": at_ns, "record": record})
+
+
+_TERMINAL_FIELDS = frozenset(TerminalRecord.model_fields)
+_VERDICT_FIELDS = frozenset(AttemptVerdict.model_fields)
+_TERMINAL_INTS = ("intended_effects", "committed_effects", "tool_calls")
+
+
+def terminal_line(record: TerminalRecord) -> bytes:
+    """RFC 8785 bytes of a terminal record's JSON form (`canonical_bytes(r.model_dump(...))`).
+
+    Its JSON form holds only strings, booleans, nulls, lists of strings, integers and attempt
+    objects, all with ASCII keys: the C encoder writes RFC 8785 bytes for it once every integer is
+    known to be within +-(2^53-1) (see journal._jsonable). Anything else takes the checked path.
+    """
+    doc = record.model_dump(mode="json")
+    if (
+        set(doc) == _TERMINAL_FIELDS
+        and all(
+            type(v) is not int or -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER
+            for v in (*(doc[k] for k in _TERMINAL_INTS), *(a["attempt"] for a in doc["attempts"]))
+        )
+        and all(set(a) == _VERDICT_FIELDS for a in doc["attempts"])
+    ):
+        try:
+            return JSON_ENCODER.encode(doc).encode("utf-8")
+        except UnicodeEncodeError:
+            pass
+    return fast_canonical_bytes(doc)
 
 
 def terminal_records_hash(records: Iterable[TerminalRecord]) -> str:
     h = hashlib.sha256(b"afb.terminal-records/1\n")
-    for line in sorted(canonical_bytes(r.model_dump(mode="json")) for r in records):
+    for line in sorted(terminal_line(r) for r in records):
         h.update(line + b"\n")
     return "sha256:" + h.hexdigest()
 
@@ -162,12 +194,17 @@ def evaluate_run(
     run_reasons += env_reasons
 
     grouped = group_attempts(evidence.entries)
-    registered: dict[str, tuple[str, Any]] = {}
+    registered: dict[str, tuple[str, Slot]] = {}
     for subject_id, shash in sorted(ids.subject_config_hashes.items()):
         for slot in rp.slots:
-            registered[make_cell_id(slot.slot_id, shash)] = (subject_id, slot)
+            registered[_cell_id(slot.slot_id, shash)] = (subject_id, slot)
     if any(c not in registered for c in grouped):
         run_reasons.append("unregistered_cell")
+    # One sort for every subject; each subject's cells keep cell-id order.
+    by_subject: dict[str, list[tuple[str, Slot]]] = defaultdict(list)
+    for cid, (sid, slot) in sorted(registered.items()):
+        by_subject[sid].append((cid, slot))
+    del registered
 
     contracts = rp.contract_map()
     out: dict[str, SubjectEvaluation] = {}
@@ -185,8 +222,7 @@ def evaluate_run(
                 contracts.get(slot.schedule.kind.value),
                 spec.scoring.scorer_version,
             )
-            for cid, (sid, slot) in sorted(registered.items())
-            if sid == subject_id
+            for cid, slot in by_subject.pop(subject_id, [])
         ]
         out[subject_id] = _decide(
             rp, subject_id, shash, terminals, run_reasons, evidence, frozen,
@@ -285,7 +321,8 @@ def _expected_strata(rp: RunProtocol) -> set[str]:
         kinds.add(FaultKind.NONE.value)
     out = set()
     for ts in spec.task_sets:
-        for t in ts.tasks:
+        # The strata depend on a task only through its bucket: one representative per bucket.
+        for t in {t.bucket: t for t in ts.tasks}.values():
             for k in kinds:
                 fault_ok = k == FaultKind.NONE.value or any(
                     f.kind.value == k

@@ -14,10 +14,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .canonical import canonical_bytes, parse_json
-from .eligibility import EnvironmentCheck, LoadedEvidence, SubjectEvaluation, evaluate_run
+from .canonical import parse_json
+from .compare import build, comparison_md, gate
+from .eligibility import (
+    EnvironmentCheck,
+    LoadedEvidence,
+    SubjectEvaluation,
+    evaluate_run,
+    terminal_line,
+)
 from .errors import EvidenceError
-from .journal import BLOBS, JOURNALS, EvidenceStore
+from .journal import BLOBS, JOURNALS, EvidenceStore, fast_canonical_bytes
 from .publication import (
     IncompleteEvidenceReport,
     PublishableScorecard,
@@ -39,7 +46,7 @@ class SubjectResult:
 
 
 def _json(model: object) -> bytes:
-    return canonical_bytes(model.model_dump(mode="json", by_alias=True)) + b"\n"  # type: ignore[attr-defined]
+    return fast_canonical_bytes(model.model_dump(mode="json", by_alias=True)) + b"\n"  # type: ignore[attr-defined]
 
 
 def derive(
@@ -60,7 +67,9 @@ def derive(
         if ev.proof.decision == "eligible":
             # Terminal records of an ineligible subject are not written: they carry its subject
             # outcomes. The proof commits to them by hash; the journals keep the raw evidence.
-            files[base + "terminal-records.jsonl"] = b"".join(_json(t) for t in ev.terminal_records)
+            files[base + "terminal-records.jsonl"] = b"".join(
+                terminal_line(t) + b"\n" for t in ev.terminal_records
+            )
             card = build_scorecard(ev, rp.slots)
             files[base + "scorecard.json"] = _json(card)
             files[base + "scorecard.md"] = scorecard_md(card).encode()
@@ -70,6 +79,12 @@ def derive(
             files[base + "incomplete-evidence.json"] = _json(rep)
             files[base + "incomplete-evidence.md"] = report_md(rep).encode()
             out[subject] = SubjectResult(ev, None, rep)
+    cards = [r.scorecard for r in out.values() if r.scorecard is not None]
+    if len(cards) >= 2 and not gate(cards):
+        # Subjects of one run share one environment record: its conformance proof is theirs.
+        comparison = build(cards, cards[0].environment_conformance)
+        files[f"{RESULTS}/comparison.json"] = _json(comparison)
+        files[f"{RESULTS}/comparison.md"] = comparison_md(comparison).encode()
     return rp, out, files
 
 

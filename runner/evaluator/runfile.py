@@ -8,6 +8,7 @@ these contents and refuses a file whose recorded identities do not match.
 
 from __future__ import annotations
 
+import functools
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from .canonical import canonical_bytes, digest, parse_json
 from .errors import EvidenceError
 from .freeze import FreezeRecord
 from .identities import Identities, policy_body
+from .journal import fast_digest
 from .matrix import Slot, matrix_hash, subject_hashes
 from .spec import Spec
 from .witness import WitnessContract, contracts_hash
@@ -38,10 +40,17 @@ class RunProtocol(BaseModel):
     freeze_record: FreezeRecord | None
 
     def spec(self) -> Spec:
-        return Spec.model_validate(tomllib.loads(self.spec_text))
+        return _parse_spec(self.spec_text)
 
     def contract_map(self) -> dict[str, WitnessContract]:
         return {c.kind.value: c for c in self.contracts}
+
+
+@functools.lru_cache(maxsize=4)
+def _parse_spec(text: str) -> Spec:
+    # A pure function of the text; the Spec is frozen, so every caller may share one parse
+    # (the evaluator asks for it several times per subject). Errors are not cached: they re-raise.
+    return Spec.model_validate(tomllib.loads(text))
 
 
 def write_protocol(run_dir: Path, rp: RunProtocol) -> None:
@@ -99,7 +108,7 @@ def consistency_problems(rp: RunProtocol) -> list[str]:
             "trigger": slot.schedule.trigger,
             "parameters": slot.schedule.parameters,
         }
-        if digest(body) != slot.slot_id:
+        if fast_digest(body) != slot.slot_id:
             problems.append(f"slot {slot.slot_id} does not match its content")
             break
     root = digest(

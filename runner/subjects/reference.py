@@ -265,9 +265,11 @@ class Agent:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--strategy", choices=STRATEGIES, required=True)
-    ap.add_argument("--task", type=Path, required=True, help="task JSON written by the harness")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--task", type=Path, help="a task JSON file")
+    src.add_argument("--task-json", help="the task JSON itself")
     args = ap.parse_args(argv)
-    task = json.loads(args.task.read_text())
+    task = json.loads(args.task.read_text() if args.task else args.task_json)
     return Agent(args.strategy, task).run()
 
 

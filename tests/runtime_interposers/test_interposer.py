@@ -142,8 +142,8 @@ def test_reattach_without_a_stale_failure_is_not_a_witness(ti: ToolInterposer) -
 def test_semantic_events_in_order(ti: ToolInterposer, sink: RecordingSink) -> None:
     sid = attach(ti)["session_id"]
     call(ti, sid, "exec", {"argv": ["true"]}, "e1")
-    assert sink.events == [("tool_interposer", "exec", p, "e1") for p in Phase]
-    obs = ti.call_observation("e1")
+    obs = ti.wait_call("e1")  # response_sent is reported after the subject has the bytes
+    assert obs is not None and sink.events == [("tool_interposer", "exec", p, "e1") for p in Phase]
     assert obs["collector"] == "tool_interposer" and obs["in_flight"] is False
     assert obs["phases"] == [p.value for p in Phase] and obs["outcome"] == "ok"
 
@@ -160,5 +160,5 @@ def test_drop_directive_closes_without_response(sandbox: LocalSandbox) -> None:
             conn.getresponse()
         conn.close()
         assert (sandbox.root / "x").read_text() == "done"  # the effect happened
-        assert ti.call_observation("d1")["outcome"] == "dropped"
+        assert (ti.wait_call("d1") or {})["outcome"] == "dropped"
         assert [e[2] for e in sink.events] == [Phase.RECEIVED, Phase.DISPATCHED, Phase.EFFECT_DONE]

@@ -59,6 +59,8 @@ def test_forwards_and_counts_exact_bytes() -> None:
             assert status == 201
             client.close()
             assert up.requests[0][:2] == ("/effects", body)
+            # Counts land just after each sendall: wait until the proxy is done with the GET.
+            assert proxy.wait_call(f"{proxy.connections()[0].connection_id}.2") is not None
             conns = proxy.connections()
             assert len(conns) == 1
             c = conns[0]

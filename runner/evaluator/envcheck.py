@@ -1,5 +1,7 @@
 """Environment conformance wired into evaluation and comparison (DESIGN §7).
 
+Evaluator code (it decides eligibility), so it is covered by evaluator_digest.
+
 Both hooks read only files inside run directories (the environment artifact is a blob named by
 the run's `environment` journal record), so results stay re-derivable from evidence alone.
 """
@@ -8,18 +10,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner.evaluator.canonical import parse_json
-from runner.evaluator.eligibility import EnvironmentCheck, LoadedEvidence
-from runner.evaluator.environment import (
+from .canonical import parse_json
+from .eligibility import EnvironmentCheck, LoadedEvidence
+from .environment import (
     ExecutionEnvironment,
     check_environments,
     check_run,
     load_environment,
 )
-from runner.evaluator.errors import EvidenceError
-from runner.evaluator.journal import EvidenceStore
-from runner.evaluator.publication import PublishableScorecard
-from runner.evaluator.runfile import RunProtocol, read_protocol
+from .errors import EvidenceError
+from .journal import EvidenceStore
+from .publication import PublishableScorecard
+from .runfile import RunProtocol, read_protocol
 
 
 def _artifact(store: EvidenceStore, address: str) -> ExecutionEnvironment:
@@ -38,21 +40,30 @@ def environment_hook(
     if not evidence.environment:
         required = any(f.required for f in spec.factors)
         return (None, None, ["environment_not_recorded"] if required else [])
-    if len({r.execution_environment_hash for r in evidence.environment}) > 1:
-        return (None, None, ["environment_recorded_twice"])
-    rec = evidence.environment[0]
-    try:
-        env = _artifact(store, rec.artifact)
-    except EvidenceError:
-        return (None, rec.execution_environment_hash, ["environment_artifact_invalid"])
-    if env.execution_environment_hash != rec.execution_environment_hash:
-        return (None, rec.execution_environment_hash, ["environment_artifact_mismatch"])
-    proof = check_run(env, spec.factors, spec.sources)
+    envs: list[ExecutionEnvironment] = []
+    for rec in evidence.environment:
+        try:
+            env = _artifact(store, rec.artifact)
+        except EvidenceError:
+            return (None, rec.execution_environment_hash, ["environment_artifact_invalid"])
+        if env.execution_environment_hash != rec.execution_environment_hash:
+            return (None, rec.execution_environment_hash, ["environment_artifact_mismatch"])
+        if env.execution_environment_hash not in {e.execution_environment_hash for e in envs}:
+            envs.append(env)
+    # One artifact per invocation (a resumed run records another): each must conform under the
+    # policy, and all of them with each other, or the run's cells are not comparable at all.
+    first = min(envs, key=lambda e: e.execution_environment_hash)
+    proof = (
+        check_run(first, spec.factors, spec.sources)
+        if len(envs) == 1
+        else (check_environments(envs, spec.factors, spec.sources, purpose="overhead_pair"))
+    )
     reasons = [f"environment:{c}" for c in proof.reason_codes] if not proof.conform else []
-    return (proof.proof_hash, env.execution_environment_hash, reasons)
+    return (proof.proof_hash, first.execution_environment_hash, reasons)
 
 
 def _run_of(scorecard: Path) -> Path:
+    """A scorecard's run directory."""
     # RUN_DIR/results/<subject>/scorecard.json
     return scorecard.resolve().parents[2]
 

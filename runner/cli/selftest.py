@@ -1,0 +1,67 @@
+"""`bench selftest [--json]`: does fault injection work on this machine? (negative conformance)"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from .app import EXIT_INTERNAL, EXIT_OK, app, err, guarded, out
+
+
+@app.command()
+@guarded
+def selftest(
+    as_json: Annotated[bool, typer.Option("--json", help="print the rows as JSON")] = False,
+    image: Annotated[
+        str | None, typer.Option(help="sandbox image (default: the tiny busybox test image)")
+    ] = None,
+    keep: Annotated[bool, typer.Option(help="keep the self-test's run directory")] = False,
+) -> None:
+    """Run every fault kind with its real actuator and with a no-op one; judge by the evaluator.
+
+    Exit 0 only when every real actuator is WITNESSED and every no-op one INVALID_INJECTION.
+    """
+    from runner.runtime.selftest import Row, run_selftest
+
+    def progress(row: Row) -> None:
+        if not as_json:
+            mark = "ok" if row.ok else "[bold red]UNEXPECTED[/]"
+            err.print(f"  {row.kind} / {row.actuator}: {row.verdict} ({row.seconds:.1f} s) {mark}")
+
+    if not as_json:
+        err.print("running 4 fault kinds x {real, noop} on this machine ...")
+    rows, run_dir = run_selftest(image=image, keep=keep, on_row=progress)
+    ok = all(r.ok for r in rows)
+    if as_json:
+        body = {
+            "ok": ok,
+            "run_dir": str(run_dir) if keep else None,
+            "rows": [{**r.__dict__, "ok": r.ok} for r in rows],
+        }
+        out.print_json(json.dumps(body))
+    else:
+        table = Table(title="bench selftest: fault injection on this machine")
+        for col in ("kind", "actuator", "verdict"):
+            table.add_column(col, no_wrap=True)
+        table.add_column("violated predicates / reasons", overflow="fold")
+        table.add_column("expected", no_wrap=True)
+        for r in rows:
+            style = "green" if r.ok else "bold red"
+            why = ", ".join(r.violated or r.reasons) or "-"
+            table.add_row(
+                r.kind,
+                r.actuator,
+                f"[{style}]{r.verdict}[/]",
+                escape(why),
+                "ok" if r.ok else "[bold red]MISMATCH[/]",
+            )
+        out.print(table)
+        if keep:
+            out.print(f"evidence kept in {run_dir}")
+        verdict = "fault injection works here" if ok else "[bold red]do not trust faults here[/]"
+        out.print(verdict)
+    raise typer.Exit(EXIT_OK if ok else EXIT_INTERNAL)

@@ -1,0 +1,292 @@
+"""The matrix executor: every preregistered cell, its attempts under the attempt policy.
+
+It decides *which* attempt runs next, never what an attempt's outcome means: retry decisions
+use the evaluator's own `attempt_status` on the attempt's journal, so the executor and the
+evaluator cannot disagree about whether a cell is finished. Cells are independent and evidence
+is content-addressed per attempt journal, so `--jobs` runs cells in parallel and `--resume`
+continues an interrupted run: finished attempts are never repeated, and an attempt that was cut
+off mid-way stays in the evidence (as HARNESS_INVALID) and is followed by the next attempt.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runner.evaluator import freeze as freezing
+from runner.evaluator.canonical import canonical_bytes, sha256_digest
+from runner.evaluator.errors import EvidenceError, InputError
+from runner.evaluator.identities import compute
+from runner.evaluator.inputs import project_root
+from runner.evaluator.journal import EvidenceStore, Journal, read_journal
+from runner.evaluator.matrix import Cell, Slot, resolve
+from runner.evaluator.outcomes import SUBJECT_OUTCOMES, attempt_status, group_attempts
+from runner.evaluator.records import EnvironmentRecorded, RunStarted
+from runner.evaluator.runfile import PROTOCOL_FILE, RunProtocol, read_protocol, write_protocol
+from runner.evaluator.spec import Spec, load_spec, spec_base
+from runner.evaluator.witness import load_contracts
+from runner.runtime.attempt_api import AttemptPlan, SubjectCommand
+from runner.runtime.grading import SweLiteGrader, subject_task
+
+REFERENCE = "reference:"
+SUBJECT_SCRIPT = project_root() / "runner" / "subjects" / "reference.py"
+PUBLIC_DIR = Path("/run/afb/subjects")  # world-readable: the subject runs as nobody
+
+
+@dataclass(frozen=True)
+class CellState:
+    cell: Cell
+    attempts_done: int
+    finished: bool
+
+
+@dataclass
+class RunSummary:
+    run_dir: Path
+    attempts_run: int
+    cells: int
+    wall_s: float
+    per_stage: dict[str, float]
+
+
+def journal_name(cell_id: str, attempt: int) -> str:
+    return f"{cell_id.removeprefix('sha256:')[:16]}-a{attempt}"
+
+
+def _public_subject_script() -> Path:
+    """Copy the reference subject somewhere `nobody` can read it, named by its content."""
+    data = SUBJECT_SCRIPT.read_bytes()
+    target = PUBLIC_DIR / f"reference-{hashlib.sha256(data).hexdigest()[:16]}.py"
+    if not target.exists():
+        PUBLIC_DIR.mkdir(parents=True, exist_ok=True)
+        os.chmod(PUBLIC_DIR.parent, 0o755)
+        os.chmod(PUBLIC_DIR, 0o755)
+        tmp = target.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.chmod(tmp, 0o644)
+        tmp.replace(target)
+    return target
+
+
+class MatrixRun:
+    """One run directory: its protocol, its cells, and the attempts still owed."""
+
+    def __init__(self, spec_path: Path, run_dir: Path, spec: Spec, rp: RunProtocol) -> None:
+        self.spec_path = spec_path
+        self.run_dir = run_dir
+        self.spec = spec
+        self.rp = rp
+        self.store = EvidenceStore(run_dir)
+        self.slots: dict[str, Slot] = {s.slot_id: s for s in rp.slots}
+        base = spec_base(spec_path)
+        task_dirs = {
+            tid: base / t.path for tid, (_, t) in spec.task_index().items() if t.path is not None
+        }
+        self.grader = SweLiteGrader(task_dirs)
+        self.script = _public_subject_script()
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------------ construction
+
+    @classmethod
+    def create(cls, spec_path: Path, out_root: Path, run_id: str, allow_draft: bool) -> MatrixRun:
+        spec = load_spec(spec_path)
+        matrix = resolve(spec)
+        root = project_root()
+        contracts = load_contracts(root / "witnesses")
+        ids = compute(spec, spec_path, matrix, contracts)
+        state, record = freezing.status(spec_path, ids)
+        if state is freezing.ProtocolStatus.AMENDMENT_REQUIRED:
+            raise InputError(
+                "frozen protocol changed: amendment required (run `bench amend SPEC --reason`"
+                " or restore the frozen spec)",
+                file=str(spec_path),
+            )
+        if state is freezing.ProtocolStatus.DRAFT and not allow_draft:
+            raise InputError(
+                "this protocol is a draft: freeze it (`bench freeze SPEC`) or pass --draft to "
+                "collect evidence only (a draft never yields a scorecard)",
+                file=str(spec_path),
+            )
+        for s in spec.subjects:
+            if not s.agent.startswith(REFERENCE) or "strategy" not in s.config:
+                raise InputError(
+                    f"subject {s.id!r}: only reference subjects (agent = 'reference:...', "
+                    "config.strategy) can be launched by this runner",
+                    file=str(spec_path),
+                )
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        run_dir = out_root / f"{spec.protocol.id}-{stamp}-{run_id}"
+        run_dir.mkdir(parents=True, exist_ok=False)
+        os.chmod(run_dir, 0o700)  # evidence is root's: the subject (nobody) cannot write it
+        rp = RunProtocol(
+            run_id=run_id,
+            spec_name=spec_path.name,
+            spec_text=spec_path.read_text(encoding="utf-8"),
+            identities=ids,
+            slots=matrix.slots,
+            contracts=list(contracts.values()),
+            freeze_record=record if state is freezing.ProtocolStatus.FROZEN else None,
+        )
+        write_protocol(run_dir, rp)
+        return cls(spec_path, run_dir, spec, rp)
+
+    @classmethod
+    def resume(cls, spec_path: Path, run_dir: Path) -> MatrixRun:
+        if not (run_dir / PROTOCOL_FILE).is_file():
+            raise InputError("not a run directory (no protocol.json)", file=str(run_dir))
+        rp = read_protocol(run_dir)
+        spec = load_spec(spec_path)
+        ids = compute(spec, spec_path, resolve(spec))
+        if ids.protocol_hash != rp.identities.protocol_hash:
+            raise InputError(
+                f"the run was made under protocol {rp.identities.protocol_hash}, the spec now "
+                f"resolves to {ids.protocol_hash}; a run continues only under its own protocol",
+                file=str(spec_path),
+            )
+        return cls(spec_path, run_dir, spec, rp)
+
+    # ---------------------------------------------------------------------------- evidence
+
+    def record_start(self, environment: dict[str, Any] | None, env_hash: str | None) -> None:
+        with self.store.journal("run") as j:
+            j.append(
+                RunStarted(
+                    run_id=self.rp.run_id,
+                    spec_path=str(self.spec_path),
+                    spec_digest=sha256_digest(self.rp.spec_text.encode()),
+                    protocol_hash=self.rp.identities.protocol_hash,
+                    protocol_status="frozen" if self.rp.freeze_record else "draft",
+                    identities=self.rp.identities.model_dump(mode="json"),
+                )
+            )
+            if environment is not None and env_hash is not None:
+                address = self.store.put_blob(canonical_bytes(environment))
+                j.append(EnvironmentRecorded(artifact=address, execution_environment_hash=env_hash))
+
+    def cell_states(self) -> list[CellState]:
+        """Per cell: attempts already in the evidence, and whether the cell is finished."""
+        cells = sorted(
+            (c for sid in sorted(self.rp.identities.subject_config_hashes)
+             for c in _cells(self.rp, sid)),
+            key=lambda c: (c.task_id, c.fault_id, c.seed, c.subject_id),
+        )  # fmt: skip
+        out = []
+        for cell in cells:
+            n = 0
+            while (
+                self.store.run_dir / "journals" / f"{journal_name(cell.cell_id, n + 1)}.jsonl"
+            ).exists():
+                n += 1
+            out.append(CellState(cell, n, n > 0 and self._finished(cell, n)))
+        return out
+
+    def _finished(self, cell: Cell, n: int) -> bool:
+        path = self.run_dir / "journals" / f"{journal_name(cell.cell_id, n)}.jsonl"
+        try:
+            entries = [(path.stem, e.seq, e.record) for e in read_journal(path)]
+        except EvidenceError:
+            Journal(path).close()  # quarantine a torn tail; the attempt stays in the evidence
+            entries = [(path.stem, e.seq, e.record) for e in read_journal(path)]
+        grouped = group_attempts(entries).get(cell.cell_id, {})
+        if n not in grouped:
+            return False
+        slot = self.slots[cell.slot_id]
+        contract = self.rp.contract_map().get(slot.schedule.kind.value)
+        status, _ = attempt_status(
+            grouped[n], slot.schedule.kind, slot.schedule.parameters, contract,
+            self.spec.scoring.scorer_version,
+        )  # fmt: skip
+        policy = self.spec.attempts
+        return status in SUBJECT_OUTCOMES or status not in policy.retry_on or n >= policy.cap
+
+    # ------------------------------------------------------------------------------ attempts
+
+    def plan(self, cell: Cell, attempt: int, image: str) -> AttemptPlan:
+        slot = self.slots[cell.slot_id]
+        subject = next(s for s in self.spec.subjects if s.id == cell.subject_id)
+        task = self.grader.tasks[cell.task_id]
+        argv = [
+            "/usr/bin/python3", str(self.script),
+            "--strategy", str(subject.config["strategy"]),
+            "--task-json", json.dumps(subject_task(task), sort_keys=True),
+        ]  # fmt: skip
+        return AttemptPlan(
+            run_id=self.rp.run_id,
+            run_dir=self.run_dir,
+            cell_id=cell.cell_id,
+            slot_id=cell.slot_id,
+            subject_id=cell.subject_id,
+            subject_config_hash=cell.subject_config_hash,
+            attempt=attempt,
+            task_id=cell.task_id,
+            fault_id=slot.schedule.fault_id,
+            kind=slot.schedule.kind,
+            trigger=slot.schedule.trigger,
+            parameters=slot.schedule.parameters,
+            image=image,
+            subject=SubjectCommand(argv=argv),
+            grader_id=self.spec.grader.id,
+            grader_version=self.spec.grader.version,
+            scorer_version=self.spec.scoring.scorer_version,
+            grade=self.grader.for_task(cell.task_id),
+        )
+
+    def run_cell(
+        self,
+        state: CellState,
+        image: str,
+        run_attempt: Callable[[AttemptPlan], Any],
+    ) -> int:
+        """Run the attempts this cell still owes; returns how many ran."""
+        ran = 0
+        n = state.attempts_done
+        finished = state.finished
+        while not finished and n < self.spec.attempts.cap:
+            n += 1
+            run_attempt(self.plan(state.cell, n, image))
+            ran += 1
+            finished = self._finished(state.cell, n)
+        return ran
+
+
+def _cells(rp: RunProtocol, subject_id: str) -> list[Cell]:
+    from runner.evaluator.matrix import cells_for
+
+    return list(cells_for(rp.slots, subject_id, rp.identities.subject_config_hashes[subject_id]))
+
+
+def execute(
+    mrun: MatrixRun,
+    image: str,
+    run_attempt: Callable[[AttemptPlan], Any],
+    jobs: int,
+    on_cell_done: Callable[[Cell, int], None] | None = None,
+) -> RunSummary:
+    """Run every unfinished cell with up to `jobs` cells in parallel."""
+    t0 = time.perf_counter()
+    states = mrun.cell_states()
+    todo = [s for s in states if not s.finished]
+    ran = 0
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(mrun.run_cell, s, image, run_attempt): s for s in todo}
+        for fut in as_completed(futures):
+            n = fut.result()
+            ran += n
+            if on_cell_done is not None:
+                on_cell_done(futures[fut].cell, n)
+    return RunSummary(mrun.run_dir, ran, len(states), time.perf_counter() - t0, {})
+
+
+def cleanup_public_dir() -> None:
+    shutil.rmtree(PUBLIC_DIR, ignore_errors=True)

@@ -1,0 +1,245 @@
+"""The fault plugin interface: one class per fault kind, driven by the trigger engine.
+
+How one attempt is wired (see `runner.runtime.triggers.TriggerEngine`):
+
+    engine = TriggerEngine(journal, cell_id=..., attempt=1)
+    engine.schedule(fault_id, kind, trigger, plugin, parameters)  # lifecycle `scheduled`
+    engine.arm()                       # plugin.arm(ctx); lifecycle `armed`
+    ... interposers call engine.event(source, tool, phase, call_id, context) for every call ...
+    engine.finish()                    # pending witnesses, after-release observations, counts
+
+When an event matches a fault's trigger (tool or "*", ordinal, phase) the engine, while the
+triggering call is held in flight in the interposer's thread:
+
+    1. writes `TriggerReached`;
+    2. collects the plugin's BEFORE_INJECTION observations (e.g. identity before a restart);
+    3. calls `plugin.inject(ctx)` -> `Injection`; writes `ActuatorReceipt`, lifecycle `injected`;
+    4. collects AFTER_INJECTION observations -- immediately, or, when the plugin sets
+       `witness_after_directive = True`, once the interposer has applied the returned directive
+       and called `Decision.complete()` (lost_response: the zero bytes must really have been
+       delivered before the proxy's counts mean anything);
+    5. writes each `WitnessObservation` (each fsync'd), and only then lifecycle `witnessed`;
+    6. calls `plugin.release(ctx)` or `plugin.recover(ctx)` (per `settles_by`) and writes
+       lifecycle `released` / `recovered`. Recovery therefore never precedes a durable witness;
+    7. AFTER_RELEASE observations (e.g. the subject reattached) are collected by
+       `engine.finish()` at the end of the attempt.
+
+The plugin never writes to the journal itself: it returns typed values and the engine enforces
+the order above. The engine also checks a plugin against itself (`validate_plugin`) and, if
+given one, against its witness contract (`check_against_contract`): every declared observation
+name, collector and stage must match the contract exactly.
+
+Writing a new kind: subclass `FaultPlugin`, set the class attributes, implement `inject` and
+`collect_witness`. Collectors must be independent of the actuator (read the runtime's own state:
+the proxy's byte counts, the reaper's wait status, the container runtime's inspect), and must
+return an observation even when they saw nothing -- with the fields that show it -- so that a
+silent no-op fails the contract instead of going missing. Every observation dict carries
+`"collector": <declared collector>`.
+
+`plugin.noop()` returns the negative-conformance variant: its actuator does nothing but still
+reports `applied: true`; its collectors are the real ones, so the evaluator must reject it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar, Literal, NamedTuple
+
+from runner.evaluator.spec import FaultKind, Phase, Trigger
+from runner.evaluator.witness import WitnessContract
+
+
+class Directive(StrEnum):
+    """What the interposer does with the triggering call once the handler returns."""
+
+    CONTINUE = "continue"
+    DROP_RESPONSE = "drop_response"  # finish the effect upstream, deliver zero response bytes
+    CLOSE_WITHOUT_RESPONSE = "close_without_response"  # close the subject's connection now
+
+    @property
+    def strength(self) -> int:
+        return _STRENGTH[self]
+
+
+_STRENGTH = {
+    Directive.CONTINUE: 0,
+    Directive.DROP_RESPONSE: 1,
+    Directive.CLOSE_WITHOUT_RESPONSE: 2,
+}
+
+
+class WitnessStage(StrEnum):
+    """When a collector runs; same words as the contract's observation `phase`."""
+
+    BEFORE_INJECTION = "before_injection"
+    AFTER_INJECTION = "after_injection"
+    AFTER_RELEASE = "after_release"
+
+
+@dataclass(frozen=True)
+class CallEvent:
+    """One semantic checkpoint of one call at an interposer."""
+
+    source: str  # "tool_interposer" | "egress_proxy"
+    tool: str
+    phase: Phase
+    call_id: str
+    ordinal: int  # the Nth call of `tool` in this attempt, counted at `received`
+    any_ordinal: int  # the Nth call of any tool
+    context: Mapping[str, Any] = field(default_factory=dict)  # e.g. {"connection_id": ...}
+
+
+@dataclass(frozen=True)
+class FaultContext:
+    """What a plugin knows about its fault; `event` is None only in `arm`."""
+
+    fault_id: str
+    kind: FaultKind
+    trigger: Trigger
+    parameters: Mapping[str, Any]
+    event: CallEvent | None = None
+
+    def require_event(self) -> CallEvent:
+        if self.event is None:
+            raise PluginContractError(f"{self.fault_id}: no triggering event in this context")
+        return self.event
+
+
+@dataclass(frozen=True)
+class Injection:
+    """The actuator's own account (becomes the ActuatorReceipt): never proof by itself."""
+
+    applied: bool
+    directive: Directive = Directive.CONTINUE
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Observed(NamedTuple):
+    collector: str
+    stage: WitnessStage
+
+
+Observations = dict[str, dict[str, Any]]
+
+
+class PluginContractError(RuntimeError):
+    """A plugin that does not match its declaration or its witness contract."""
+
+
+class FaultPlugin(ABC):
+    """One fault kind: actuator + independent witness collectors. See the module docstring."""
+
+    kind: ClassVar[FaultKind]
+    actuator: ClassVar[str]  # name recorded in the receipt, e.g. "egress_proxy.drop_response"
+    observations: ClassVar[Mapping[str, Observed]]  # contract name -> (collector, stage)
+    witness_after_directive: ClassVar[bool] = False
+    settles_by: ClassVar[Literal["release", "recover"]] = "release"
+    variant: str = "real"
+
+    def arm(self, ctx: FaultContext) -> None:
+        """Prepare before the subject starts (e.g. open a collector); must not disturb anything."""
+        return None  # optional hook
+
+    @abstractmethod
+    def inject(self, ctx: FaultContext) -> Injection:
+        """Run the actuator while the triggering call is held; return what was attempted."""
+
+    @abstractmethod
+    def collect_witness(self, ctx: FaultContext, stage: WitnessStage) -> Observations:
+        """Return every observation declared for `stage`, each with its `collector` field."""
+
+    def release(self, ctx: FaultContext) -> None:
+        """Undo the disturbance (e.g. drop a partition rule); called after `witnessed`."""
+        return None  # optional hook
+
+    def recover(self, ctx: FaultContext) -> None:
+        """Harness-side recovery (e.g. relaunch the subject); called after `witnessed`."""
+        return None  # optional hook
+
+    def noop(self) -> FaultPlugin:
+        return NoopActuator(self)
+
+    def stage_names(self, stage: WitnessStage) -> list[str]:
+        return sorted(n for n, o in self.observations.items() if o.stage is stage)
+
+
+class NoopActuator(FaultPlugin):
+    """Negative conformance: the actuator does nothing yet reports `applied: true`.
+
+    Collectors are the wrapped plugin's real ones, so the witness contract must fail. Release
+    and recovery are skipped: nothing was disturbed, and e.g. relaunching a subject that was
+    never killed would run two of it.
+    """
+
+    variant = "noop"
+
+    def __init__(self, real: FaultPlugin) -> None:
+        self.real = real
+        # Instance attributes shadow the ClassVars so the engine sees the real declaration.
+        self.kind = real.kind  # type: ignore[misc]
+        self.actuator = real.actuator  # type: ignore[misc]
+        self.observations = real.observations  # type: ignore[misc]
+        self.witness_after_directive = real.witness_after_directive  # type: ignore[misc]
+        self.settles_by = real.settles_by  # type: ignore[misc]
+
+    def arm(self, ctx: FaultContext) -> None:
+        self.real.arm(ctx)
+
+    def inject(self, ctx: FaultContext) -> Injection:
+        return Injection(applied=True, directive=Directive.CONTINUE, detail={"variant": "noop"})
+
+    def collect_witness(self, ctx: FaultContext, stage: WitnessStage) -> Observations:
+        return self.real.collect_witness(ctx, stage)
+
+    def noop(self) -> FaultPlugin:
+        return self
+
+
+def validate_plugin(plugin: FaultPlugin) -> None:
+    """The plugin's declaration is complete and well-typed (checked when it is scheduled)."""
+    name = type(plugin).__name__
+    for attr in ("kind", "actuator", "observations"):
+        if not hasattr(plugin, attr):
+            raise PluginContractError(f"{name}: missing class attribute {attr!r}")
+    if not isinstance(plugin.kind, FaultKind) or plugin.kind is FaultKind.NONE:
+        raise PluginContractError(f"{name}: kind must be an injected FaultKind")
+    if not plugin.actuator:
+        raise PluginContractError(f"{name}: empty actuator name")
+    if not plugin.observations:
+        raise PluginContractError(f"{name}: declares no observations")
+    for obs_name, obs in plugin.observations.items():
+        if not isinstance(obs, Observed) or not isinstance(obs.stage, WitnessStage):
+            raise PluginContractError(f"{name}: observation {obs_name!r} is not an Observed")
+    if plugin.settles_by not in ("release", "recover"):
+        raise PluginContractError(f"{name}: settles_by must be 'release' or 'recover'")
+
+
+def check_against_contract(plugin: FaultPlugin, contract: WitnessContract) -> None:
+    """Declared observations == the contract's (name, collector, stage), exactly."""
+    if contract.kind is not plugin.kind:
+        raise PluginContractError(f"contract is for {contract.kind}, plugin for {plugin.kind}")
+    want = {o.name: (o.collector, o.phase) for o in contract.observations}
+    have = {n: (o.collector, o.stage.value) for n, o in plugin.observations.items()}
+    if want != have:
+        raise PluginContractError(f"{plugin.kind}: plugin declares {have}, contract wants {want}")
+
+
+def check_observations(plugin: FaultPlugin, stage: WitnessStage, got: object) -> list[str]:
+    """Problems with what `collect_witness` returned for `stage` (empty list = fine)."""
+    if not isinstance(got, dict):
+        return [f"collect_witness returned {type(got).__name__}, not a dict"]
+    problems: list[str] = []
+    expected = set(plugin.stage_names(stage))
+    for extra in sorted(set(got) - expected):
+        problems.append(f"undeclared observation {extra!r} at {stage}")
+    for missing in sorted(expected - set(got)):
+        problems.append(f"collector returned no {missing!r} observation")
+    for obs_name in sorted(expected & set(got)):
+        obs = got[obs_name]
+        want = plugin.observations[obs_name].collector
+        if not isinstance(obs, dict) or obs.get("collector") != want:
+            problems.append(f"observation {obs_name!r} must be a dict with collector={want!r}")
+    return problems

@@ -1,0 +1,76 @@
+"""The tool interposer in front of a real Podman sandbox, including a restart under a session."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runner.runtime import naming, testimage
+from runner.runtime.interposer import ToolInterposer
+from runner.runtime.podman_service import PodmanService
+from runner.runtime.sandbox import PodmanSandbox, SandboxSpec
+
+from .conftest import request
+
+pytestmark = pytest.mark.runtime
+
+
+def _missing() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root"
+    for tool in ("podman", "runc"):
+        if shutil.which(tool) is None:
+            return f"{tool} not installed"
+    return None
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[PodmanSandbox]:
+    if reason := _missing():
+        pytest.skip(reason)
+    rid = naming.new_run_id()
+    d = Path(tempfile.mkdtemp(prefix="afb-pi-"))
+    with naming.hold_run(rid), PodmanService(rid, d) as svc:
+        ref, _ = testimage.ensure_test_image()
+        sb = PodmanSandbox(svc.url, SandboxSpec(run_id=rid, name_suffix="interposer", image=ref))
+        sb.create()
+        try:
+            sb.start()
+            yield sb
+        finally:
+            sb.remove()
+            sb.close()
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_tools_and_restart_through_podman(sandbox: PodmanSandbox) -> None:
+    with ToolInterposer(sandbox, run_tests_argv=["/bin/sh", "-c", "test -f /tmp/a.txt"]) as ti:
+        sid = request(ti.address, "POST", "/session", {})[1]["session_id"]
+
+        def call(tool: str, args: dict[str, object], session: str = sid) -> tuple[int, dict]:
+            body = {"session_id": session, "tool": tool, "args": args}
+            return request(ti.address, "POST", "/call", body, timeout=60)
+
+        assert call("write_file", {"path": "/tmp/a.txt", "content": "in the box\n"})[0] == 200
+        assert call("read_file", {"path": "/tmp/a.txt"})[1]["result"] == {"content": "in the box\n"}
+        out = call("exec", {"argv": ["/bin/sh", "-c", "cat; echo err >&2; exit 4"], "stdin": "x"})
+        assert out[1]["result"] == {"exit_code": 4, "stdout": "x", "stderr": "err\n"}
+        assert call("run_tests", {})[1]["result"]["passed"] is True
+
+        before = sandbox.identity()
+        sandbox.restart()
+        ti.bump_epoch()
+        assert sandbox.identity().boot_token != before.boot_token
+        assert call("exec", {"argv": ["true"]})[0] == 409
+        sid2 = request(ti.address, "POST", "/session", {"previous_session_id": sid})[1]
+        assert sid2["epoch"] == 2
+        again = call("read_file", {"path": "/tmp/a.txt"}, sid2["session_id"])
+        assert again[0] == 200 and again[1]["ok"] is True  # restart keeps the filesystem
+        obs = ti.session_observation(1)
+        assert obs["stale_session_failed"] and obs["reattached"] and obs["new_epoch"] == 2
+        assert ti.counts() == {"exec": 1, "read_file": 2, "run_tests": 1, "write_file": 1}
