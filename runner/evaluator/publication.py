@@ -299,6 +299,8 @@ def _measures(cells: list[CellScore], faulted: bool) -> Measures:
 def build_scorecard(ev: SubjectEvaluation, slots: list[Slot]) -> PublishableScorecard:
     """The only constructor callers should use; the model re-validates the proof anyway."""
     p = ev.proof
+    if p.decision != "eligible" or p.reason_codes or not p.hash_is_valid():
+        raise ValueError("a scorecard can only be built from an eligible proof")
     if terminal_records_hash(ev.terminal_records) != p.terminal_records_hash:
         raise ValueError("terminal records do not match the proof")
     index = {s.slot_id: s for s in slots}
