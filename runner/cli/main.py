@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import env, evidence, images, protocol, run  # noqa: F401  (registers commands)
+from . import env, evidence, images, protocol, reproduce, run  # noqa: F401  (registers commands)
 from .app import app
 
 

@@ -9,6 +9,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from runner.evaluator.inputs import project_root
+from runner.runtime.executor import MatrixRun
 
 from .app import EXIT_INCOMPLETE, app, err, guarded, out
 from .evidence import evaluate_and_write, summary_table
@@ -26,8 +27,7 @@ def run(
     draft: Annotated[bool, typer.Option(help="allow a draft protocol (evidence only)")] = False,
 ) -> None:
     """Run a spec's preregistered matrix and write evidence, then scorecards or reports."""
-    from runner.runtime import attempt, envcollect, images, naming, sweep
-    from runner.runtime.executor import MatrixRun, execute
+    from runner.runtime import naming, sweep
 
     if resume is not None:
         mrun = MatrixRun.resume(spec, resume)
@@ -36,6 +36,23 @@ def run(
             out.print(f"removed leftovers: {leftovers.model_dump(exclude_defaults=True)}")
     else:
         mrun = MatrixRun.create(spec, out_dir, naming.new_run_id(), allow_draft=draft)
+    run_dir = run_matrix(mrun, jobs)
+    results = evaluate_and_write(run_dir)
+    out.print(summary_table(results))
+    comparison = run_dir / "results" / "comparison.md"
+    if comparison.exists():
+        out.print(comparison.read_text())
+    out.print(f"results in {run_dir / 'results'}")
+    if any(r.scorecard is None for r in results.values()):
+        err.print("incomplete evidence: no scorecard for the subjects marked above")
+        raise typer.Exit(EXIT_INCOMPLETE)
+
+
+def run_matrix(mrun: MatrixRun, jobs: int) -> Path:
+    """Execute every unfinished cell of a prepared run, with a progress display."""
+    from runner.runtime import attempt, envcollect, images
+    from runner.runtime.executor import execute
+
     run_dir, run_id = mrun.run_dir, mrun.rp.run_id
     out.print(f"run {run_id} in {run_dir}")
     image_name = mrun.spec.grader.image or "swe-lite"
@@ -66,12 +83,4 @@ def run(
     out.print(
         f"{summary.attempts_run} attempts over {summary.cells} cells in {summary.wall_s:.1f} s"
     )
-    results = evaluate_and_write(run_dir)
-    out.print(summary_table(results))
-    comparison = run_dir / "results" / "comparison.md"
-    if comparison.exists():
-        out.print(comparison.read_text())
-    out.print(f"results in {run_dir / 'results'}")
-    if any(r.scorecard is None for r in results.values()):
-        err.print("incomplete evidence: no scorecard for the subjects marked above")
-        raise typer.Exit(EXIT_INCOMPLETE)
+    return run_dir
