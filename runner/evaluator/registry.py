@@ -36,6 +36,13 @@ class RegistryEntry(BaseModel):
     replacement_scorecard_hash: str | None = None
     recorded_at: str
     previous: str | None
+    record_hash: str = ""  # digest of the entry without this field: the last line is sealed too
+
+    def body(self) -> dict[str, object]:
+        return self.model_dump(mode="json", exclude={"record_hash"})
+
+    def sealed(self) -> RegistryEntry:
+        return self.model_copy(update={"record_hash": digest(self.body())})
 
 
 class Registry:
@@ -56,6 +63,8 @@ class Registry:
                 ) from exc
             if e.previous != prev:
                 raise InputError("registry chain is broken here", file=str(self.path), line=n)
+            if e.record_hash != digest(e.body()):
+                raise InputError("registry entry was edited", file=str(self.path), line=n)
             prev = digest(e.model_dump(mode="json"))
             out.append(e)
         return out
@@ -72,6 +81,7 @@ class Registry:
         return e.type if e and e.type != "published" else None
 
     def _append(self, e: RegistryEntry) -> RegistryEntry:
+        e = e.sealed()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:

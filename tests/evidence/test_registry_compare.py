@@ -1,0 +1,136 @@
+"""The registry is append-only, and the comparison gate refuses everything it should."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from runner.cli.main import app
+from runner.evaluator.compare import compare
+from runner.evaluator.errors import InputError
+from runner.evaluator.inputs import evaluator_digest
+from runner.evaluator.registry import Registry
+from runner.evaluator.results import derive, write_results
+
+from .synth import SPEC_AB, Run
+
+EVAL = evaluator_digest()
+cli = CliRunner()
+
+
+def _evaluated(d: Path, spec: Path = SPEC_AB, b: str = "completed") -> Path:
+    r = Run(d, spec_path=spec)
+    r.fill("a", lambda i, s: "completed")
+    r.fill("b", lambda i, s: b)
+    _, _, files = derive(r.run_dir, EVAL)
+    write_results(r.run_dir, files)
+    return r.run_dir
+
+
+def test_compare_two_publishable_scorecards(tmp_path: Path) -> None:
+    run = _evaluated(tmp_path / "r")
+    a, b = run / "results/a/scorecard.json", run / "results/b/scorecard.json"
+    comparison, reasons = compare([a, b])
+    assert reasons == [] and comparison is not None
+    assert [s.subject_id for s in comparison.subjects] == ["a", "b"]
+    out = tmp_path / "cmp"
+    res = cli.invoke(app, ["compare", str(a), str(b), "--out", str(out),
+                           "--registry", str(tmp_path / "reg.jsonl")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "comparison.json").read_text())["protocol_hash"]
+
+
+def test_cross_protocol_comparison_is_refused(tmp_path: Path) -> None:
+    other = tmp_path / "other.toml"
+    other.write_text(SPEC_AB.read_text().replace('scorer_version = "1"', 'scorer_version = "1"\n'
+                                                 'overhead_baseline = "same_task_subject_seed"'
+                                                 ).replace("cap = 2", "cap = 3"))  # fmt: skip
+    r1 = _evaluated(tmp_path / "r1")
+    r2 = _evaluated(tmp_path / "r2", spec=other)
+    a, b = r1 / "results/a/scorecard.json", r2 / "results/b/scorecard.json"
+    comparison, reasons = compare([a, b])
+    assert comparison is None and "protocol_hash_differs" in reasons
+    out = tmp_path / "cmp"
+    res = cli.invoke(app, ["compare", str(a), str(b), "--out", str(out),
+                           "--registry", str(tmp_path / "reg.jsonl")])  # fmt: skip
+    assert res.exit_code == 4 and not out.exists()
+
+
+def test_same_subject_twice_is_refused(tmp_path: Path) -> None:
+    run = _evaluated(tmp_path / "r")
+    a = run / "results/a/scorecard.json"
+    _, reasons = compare([a, a])
+    assert "subjects_not_distinct" in reasons
+
+
+def test_tampered_scorecard_is_not_publishable(tmp_path: Path) -> None:
+    run = _evaluated(tmp_path / "r")
+    a, b = run / "results/a/scorecard.json", run / "results/b/scorecard.json"
+    doc = json.loads(a.read_text())
+    doc["proof"]["reason_codes"] = []
+    doc["overall"]["completion"]["completed"] = 999
+    doc["proof"]["coverage"]["witnessed"] = 1
+    a.write_text(json.dumps(doc))
+    _, reasons = compare([a, b])
+    assert any(r.startswith("not_publishable") for r in reasons)
+
+
+def test_registry_lifecycle(tmp_path: Path) -> None:
+    run = _evaluated(tmp_path / "r", b="noop")
+    reg = Registry(tmp_path / "registry.jsonl")
+    card = run / "results/a/scorecard.json"
+    e = reg.add(card)
+    assert e.type == "published"
+    with pytest.raises(InputError, match="already registered"):
+        reg.add(card)
+    with pytest.raises(InputError, match="incomplete evidence"):
+        reg.add(run / "results/b/incomplete-evidence.json")
+    with pytest.raises(InputError, match="replacement-protocol"):
+        reg.retire("superseded", e.scorecard_hash, "rule v1 was wrong")
+    with pytest.raises(InputError, match="adjudication"):
+        reg.retire("withdrawn", e.scorecard_hash, "  ")
+    s = reg.retire("superseded", e.scorecard_hash, "rule v1 was wrong",
+                   replacement_protocol_hash="sha256:" + "ab" * 32)  # fmt: skip
+    assert s.type == "superseded" and s.adjudication == "rule v1 was wrong"
+    with pytest.raises(InputError, match="already superseded"):
+        reg.retire("withdrawn", e.scorecard_hash, "again")
+    assert [x.type for x in reg.entries()] == ["published", "superseded"]
+    assert reg.retired(e.scorecard_hash) == "superseded"
+    # A retired scorecard cannot enter a comparison.
+    other = _evaluated(tmp_path / "r2")
+    _, reasons = compare([card, other / "results/b/scorecard.json"], retired=reg.retired)
+    assert any(r.startswith("superseded:") for r in reasons)
+
+
+def test_registry_is_tamper_evident_and_cli(tmp_path: Path) -> None:
+    run = _evaluated(tmp_path / "r")
+    path = tmp_path / "registry.jsonl"
+    args = ["--registry", str(path)]
+    assert (
+        cli.invoke(app, ["registry", "add", str(run / "results/a/scorecard.json"), *args]).exit_code
+        == 0
+    )
+    first = Registry(path).entries()[0].scorecard_hash
+    assert cli.invoke(app, ["registry", "add", str(run / "results/b/scorecard.json"),
+                            "--derived-from", first, *args]).exit_code == 0  # fmt: skip
+    assert Registry(path).entries()[1].derived_from == first
+    res = cli.invoke(app, ["registry", "withdraw", first, "--adjudication", "bad grader", *args])
+    assert res.exit_code == 0
+    assert cli.invoke(app, ["registry", "list", *args]).exit_code == 0
+    lines = path.read_bytes().splitlines()
+    lines[0] = lines[0].replace(b'"published"', b'"withdrawn"')
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    res = cli.invoke(app, ["registry", "list", *args])
+    assert res.exit_code == 2 and "chain" in res.output
+
+
+def test_registry_last_line_is_sealed(tmp_path: Path) -> None:
+    run = _evaluated(tmp_path / "r")
+    path = tmp_path / "registry.jsonl"
+    Registry(path).add(run / "results/a/scorecard.json")
+    path.write_bytes(path.read_bytes().replace(b'"subject_id":"a"', b'"subject_id":"z"'))
+    with pytest.raises(InputError, match="edited"):
+        Registry(path).entries()
