@@ -162,7 +162,7 @@ class Agent:
             body["idempotency_key"] = key
         self.log("submit", call_id=call_id, key=key, intent=payload.get("intent_id"))
         status, answer = self._http(self.egress, "POST", "/effects", body,
-                                    {"X-AFB-Call-Id": call_id}, 15)  # fmt: skip
+                                    {"X-AFB-Call-Id": call_id}, 5)  # fmt: skip
         if status not in (200, 201):
             raise Transport(f"submit answered {status}")
         self.log("submit_done", call_id=call_id, effect_id=answer.get("effect_id"))
@@ -172,7 +172,7 @@ class Agent:
         """Reconcile by query: is our intent in the destination's ledger? None if unknown."""
         try:
             q = urllib.parse.urlencode({"scope": self.scope})
-            status, body = self._http(self.egress, "GET", f"/effects?{q}", None, {}, 15)
+            status, body = self._http(self.egress, "GET", f"/effects?{q}", None, {}, 5)
         except Transport as exc:
             self.log("reconcile_failed", error=str(exc))
             return None
@@ -220,25 +220,25 @@ class Agent:
 
     def run(self) -> int:
         t = self.task
-        work = f"/work/{t['task_id']}"
+        work = f"/tmp/work/{t['task_id']}"
         first_file = t["files"][0]
         pp = t.get("pythonpath") or "."
         test_argv = ["sh", "-c", f"cd {work} && PYTHONPATH={pp} {t['python']} -m pytest -q "
                      "-p no:cacheprovider " + " ".join(t["fail_to_pass"])]  # fmt: skip
         steps: list[tuple[str, Any]] = [
-            ("prepare", lambda: self.tool("exec", {"argv": ["sh", "-c",
-                f"rm -rf {work} && mkdir -p /work && cp -a {t['src']} {work}"]})),
+            ("prepare", lambda: self._ran(self.tool("exec", {"argv": ["sh", "-c",
+                f"rm -rf {work} && mkdir -p /tmp/work && cp -a {t['src']} {work}"]}))),
             ("read_source", lambda: self.tool("read_file", {"path": f"{work}/{first_file}"})),
             ("write_patch", lambda: self.tool("write_file", {"path": f"{work}.patch",
                                                              "content": t["gold_patch"]})),
-            ("apply_patch", lambda: self.tool("exec", {"argv": [
-                "sh", "-c", f"cd {work} && patch -p1 --forward -r - -i {work}.patch"
-                " || patch -p1 -R --dry-run -i {work}.patch >/dev/null"]})),
+            ("apply_patch", lambda: self._ran(self.tool("exec", {"argv": [
+                "sh", "-c", f"cd {work} && (patch -p1 --forward -r - -i {work}.patch"
+                f" || patch -p1 -R --dry-run -i {work}.patch >/dev/null)"]}))),
             ("write_tests", lambda: self.tool("write_file", {"path": f"{work}.tests.patch",
                                                              "content": t["tests_patch"]})),
-            ("apply_tests", lambda: self.tool("exec", {"argv": [
-                "sh", "-c", f"cd {work} && patch -p1 --forward -r - -i {work}.tests.patch"
-                " || patch -p1 -R --dry-run -i {work}.tests.patch >/dev/null"]})),
+            ("apply_tests", lambda: self._ran(self.tool("exec", {"argv": [
+                "sh", "-c", f"cd {work} && (patch -p1 --forward -r - -i {work}.tests.patch"
+                f" || patch -p1 -R --dry-run -i {work}.tests.patch >/dev/null)"]}))),
             ("run_tests", lambda: self._check(self.tool("run_tests", {"argv": test_argv}))),
             ("read_patch", lambda: self.state.__setitem__(
                 "patch", self.tool("read_file", {"path": f"{work}.patch"})["content"])),
@@ -256,6 +256,10 @@ class Agent:
             self.log("step_done", step=name)
         self.log("finished", calls=self.calls)
         return 0
+
+    def _ran(self, result: dict[str, Any]) -> None:
+        if result.get("exit_code") != 0:
+            raise SystemExit(f"command failed: {result}")
 
     def _check(self, result: dict[str, Any]) -> None:
         if not result.get("passed"):

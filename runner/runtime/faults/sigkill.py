@@ -1,0 +1,152 @@
+"""sigkill_mid_tool_call: SIGKILL the subject while the triggering tool call is held in flight.
+
+Actuator: `pidfd_send_signal(SIGKILL)` through the launcher's pidfd of the current subject
+process (never a bare pid, which could have been recycled).
+
+Collectors:
+
+- `process_registry` (before the signal): the subject's pid and its kernel start time read from
+  /proc right now (must equal the identity recorded at launch), and the in-flight call id;
+- `reaper` (after): the exit status the run's single reaper collected with waitpid -- not the
+  injector -- with the start identity of the process launched under that pid;
+- `tool_interposer` (after): the record of the triggering call, still in flight. The contract
+  names this collector `tool_interposer`; when the triggering call came through the egress
+  proxy, the record is the proxy's exchange record for that call (`source: egress_proxy`),
+  kept under the same observation name.
+
+Recovery: ask the attempt to relaunch the subject with the same state directory.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from runner.evaluator.spec import FaultKind
+from runner.runtime.faults.base import (
+    Directive,
+    FaultContext,
+    FaultPlugin,
+    Injection,
+    Observations,
+    Observed,
+    WitnessStage,
+)
+from runner.runtime.interposer import ToolInterposer
+from runner.runtime.procs import ProcessIdentity, Reaper, Subject, process_identity
+from runner.runtime.proxy import EgressProxy
+
+BEFORE = WitnessStage.BEFORE_INJECTION
+AFTER = WitnessStage.AFTER_INJECTION
+
+
+class ProcessRegistry(Protocol):
+    """The attempt's record of its subject processes (see runner.runtime.attempt_subject)."""
+
+    def current(self) -> Subject | None: ...
+    def launched(self, pid: int) -> ProcessIdentity | None: ...
+    def expect_relaunch(self) -> None: ...
+    def request_relaunch(self, reason: str) -> None: ...
+
+
+class SigkillFault(FaultPlugin):
+    kind = FaultKind.SIGKILL_MID_TOOL_CALL
+    actuator = "pidfd_send_signal(SIGKILL)"
+    observations = {
+        "target_process": Observed("process_registry", BEFORE),
+        "reaper_exit": Observed("reaper", AFTER),
+        "interposer_call": Observed("tool_interposer", AFTER),
+    }
+    settles_by = "recover"
+
+    def __init__(
+        self,
+        registry: ProcessRegistry,
+        reaper: Reaper,
+        interposer: ToolInterposer,
+        proxy: EgressProxy | None = None,
+        *,
+        reap_timeout: float = 3.0,  # under a subject's call timeout: a no-op must not stall it
+    ) -> None:
+        self.registry = registry
+        self.reaper = reaper
+        self.interposer = interposer
+        self.proxy = proxy
+        self.reap_timeout = reap_timeout
+        self._target: int | None = None
+
+    def inject(self, ctx: FaultContext) -> Injection:
+        ev = ctx.require_event()
+        subject = self.registry.current()
+        if subject is None:
+            return Injection(applied=False, detail={"error": "no subject process"})
+        self.registry.expect_relaunch()  # before the kill: the attempt must wait for recover()
+        subject.kill()
+        return Injection(
+            applied=True,
+            directive=Directive.CONTINUE,
+            detail={"pid": subject.pid, "call_id": ev.call_id, "source": ev.source},
+        )
+
+    def recover(self, ctx: FaultContext) -> None:
+        self.registry.request_relaunch(f"{ctx.fault_id}: subject killed mid tool call")
+
+    def collect_witness(self, ctx: FaultContext, stage: WitnessStage) -> Observations:
+        ev = ctx.require_event()
+        if stage is BEFORE:
+            return {"target_process": self._target_process(ev.call_id, ev.source)}
+        return {
+            "reaper_exit": self._reaper_exit(),
+            "interposer_call": self._call(ev.call_id, ev.source, ev.context),
+        }
+
+    # --- collectors -----------------------------------------------------------------------------
+
+    def _target_process(self, call_id: str, source: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"collector": "process_registry", "call_id": call_id}
+        subject = self.registry.current()
+        if subject is None:
+            return {**out, "pid": None, "start_time": "", "call_source": source}
+        self._target = subject.pid
+        try:
+            now = process_identity(subject.pid).start_time  # the kernel's view, right now
+        except ProcessLookupError:
+            now = ""
+        return {
+            **out,
+            "pid": subject.pid,
+            "start_time": now,
+            "launch_start_time": subject.identity.start_time,
+            "call_source": source,
+        }
+
+    def _reaper_exit(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"collector": "reaper", "pid": self._target}
+        if self._target is None:
+            return {**out, "reaped": False, "signaled": False, "term_signal": None}
+        launched = self.registry.launched(self._target)
+        out["start_time"] = launched.start_time if launched is not None else ""
+        try:
+            st = self.reaper.wait(self._target, self.reap_timeout)
+        except TimeoutError:
+            return {**out, "reaped": False, "signaled": False, "term_signal": None}
+        return {**out, "reaped": True, **st.model_dump(exclude={"pid"})}
+
+    def _call(self, call_id: str, source: str, context: Any) -> dict[str, Any]:
+        if source != "egress_proxy" or self.proxy is None:
+            return {**self.interposer.call_observation(call_id), "source": "tool_interposer"}
+        # A proxied tool call: the proxy's exchange record, under the contract's collector name.
+        found = self.proxy.find_call(call_id, context.get("connection_id"))
+        if found is None:
+            return {"collector": "tool_interposer", "source": source, "call_id": "", "seen": False}
+        conn, ex = found
+        return {
+            "collector": "tool_interposer",
+            "source": source,
+            "seen": True,
+            "call_id": ex.call_id,
+            "tool": ex.tool,
+            "connection_id": conn.connection_id,
+            "phases": list(ex.phases),
+            "outcome": ex.outcome,
+            "in_flight": ex.outcome == "pending",
+        }
