@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import env, evidence, images, protocol, reproduce, run  # noqa: F401  (registers commands)
+from . import env, evidence, images, protocol, reproduce, run, selftest, sweep  # noqa: F401
 from .app import app
 
 

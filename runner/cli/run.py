@@ -32,7 +32,7 @@ def run(
     if resume is not None:
         mrun = MatrixRun.resume(spec, resume)
         leftovers = sweep.sweep(prefix_filter=mrun.rp.run_id)
-        if leftovers.removed_anything():
+        if leftovers.removed_anything:
             out.print(f"removed leftovers: {leftovers.model_dump(exclude_defaults=True)}")
     else:
         mrun = MatrixRun.create(spec, out_dir, naming.new_run_id(), allow_draft=draft)

@@ -14,8 +14,8 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .canonical import digest
 from .eligibility import EligibilityProof, SubjectEvaluation, terminal_records_hash
+from .journal import fast_digest
 from .matrix import Slot
 from .outcomes import SUBJECT_OUTCOMES, TerminalRecord
 from .spec import FaultKind, Status
@@ -265,7 +265,7 @@ class PublishableScorecard(Frozen):
         raise TypeError("PublishableScorecard cannot skip validation; use build_scorecard")
 
     def scorecard_hash(self) -> str:
-        return digest(self.model_dump(mode="json", by_alias=True))
+        return fast_digest(self.model_dump(mode="json", by_alias=True))
 
 
 def _measures(cells: list[CellScore], faulted: bool) -> Measures:
@@ -310,6 +310,8 @@ def build_scorecard(ev: SubjectEvaluation, slots: list[Slot]) -> PublishableScor
         if s.schedule.kind is FaultKind.NONE and t.status is Status.COMPLETED:
             baselines[(s.task_id, s.seed)] = t
     cells: list[CellScore] = []
+    by_stratum: dict[str, list[CellScore]] = defaultdict(list)
+    kinds: dict[str, FaultKind] = {}
     for t in ev.terminal_records:
         assert t.status is not None
         s = index[t.slot_id]
@@ -320,21 +322,17 @@ def build_scorecard(ev: SubjectEvaluation, slots: list[Slot]) -> PublishableScor
         if base is not None and t.wall_ns and base.wall_ns and int(base.wall_ns) > 0:
             ratio_w = round(int(t.wall_ns) / int(base.wall_ns), 4)
         dup = max(0, (t.committed_effects or 0) - (t.intended_effects or 0))
-        cells.append(
-            CellScore(
-                cell_id=t.cell_id,
-                stratum=t.stratum,
-                status=t.status,
-                duplicate_effects=dup,
-                extra_tool_calls=extra,
-                wall_time_ratio=ratio_w,
-            )
+        c = CellScore(
+            cell_id=t.cell_id,
+            stratum=t.stratum,
+            status=t.status,
+            duplicate_effects=dup,
+            extra_tool_calls=extra,
+            wall_time_ratio=ratio_w,
         )
-    by_stratum: dict[str, list[CellScore]] = defaultdict(list)
-    kinds: dict[str, FaultKind] = {}
-    for c, t in zip(cells, ev.terminal_records, strict=True):
-        by_stratum[c.stratum].append(c)
-        kinds[c.stratum] = t.kind
+        cells.append(c)
+        by_stratum[t.stratum].append(c)
+        kinds[t.stratum] = t.kind
     faulted = [c for c in cells if kinds[c.stratum] is not FaultKind.NONE]
     overall = _measures(cells, faulted=False).model_copy(
         update={"recovery_overhead": _measures(faulted, faulted=True).recovery_overhead}

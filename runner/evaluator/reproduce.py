@@ -86,7 +86,7 @@ def reproduce(
     return problems
 
 
-MEASURED = ("wall_ns", "tool_calls")  # measured, not determined by the protocol and subject
+MEASURED = ("wall_ns",)  # measured, not determined by the protocol and the subject
 
 
 def projection(records: Iterable[TerminalRecord]) -> list[bytes]:

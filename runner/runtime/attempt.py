@@ -58,6 +58,7 @@ from runner.runtime.podman_service import PodmanService
 from runner.runtime.procs import ExitStatus, Reaper, SubjectLauncher
 from runner.runtime.proxy import EgressProxy
 from runner.runtime.sandbox import PodmanSandbox, SandboxSpec
+from runner.runtime.sweep import SUBJECT_ROOT  # one definition: sweep removes it too
 from runner.runtime.triggers import TriggerEngine
 
 LEDGER_SHAPE = ShapeCheck(
@@ -69,7 +70,6 @@ LEDGER_SHAPE = ShapeCheck(
     items_path="items",
     item_scope_field="scope",
 )
-SUBJECT_ROOT = Path("/var/tmp/afb-subjects")
 Outcome = Literal["subject_finished", "subject_gave_up", "harness_error", "trigger_not_reached"]
 RELAUNCH_DECISION_TIMEOUT = 60.0  # bounded by the engine's own gate (30 s) + collection
 
@@ -363,12 +363,7 @@ class _Attempt:
         interposer = ToolInterposer(cast(ToolSandbox, sandbox), sink=engine, host=host)
         st.callback(interposer.stop)
         interposer.start()
-        # The subject's close of a connection held through a partition is itself dropped, so
-        # do not wait long for it; no contract relies on seeing it there.
-        proxy = EgressProxy(
-            dest.address, sink=engine, tool_map=dict(p.proxy_tools), host=host,
-            subject_close_timeout=2.0,
-        )
+        proxy = EgressProxy(dest.address, sink=engine, tool_map=dict(p.proxy_tools), host=host)
         st.callback(proxy.stop)
         proxy.start()
         state_dir = prepare_state_dir(s.subject_root / self.name)

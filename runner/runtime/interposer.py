@@ -358,11 +358,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _reply(self, status: int, body: dict[str, Any]) -> None:
         data = json.dumps(body, sort_keys=True).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:  # the subject is gone (e.g. SIGKILLed mid-call): nobody to answer
+            self.close_connection = True
 
     def _drop(self) -> None:
         """Close without a response byte; the subject sees a transport failure."""

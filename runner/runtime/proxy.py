@@ -44,6 +44,9 @@ MAX_BODY = 16 * 1024 * 1024
 ToolMap = Mapping[tuple[str, str], str] | Callable[[str, str], str | None]
 
 
+CLOSE_WATCH_S = 1.0  # how long a closed (not dropped) call waits to see the subject's end
+
+
 @dataclass
 class ExchangeRecord:
     """One request/response on a subject connection, as the proxy saw it."""
@@ -345,14 +348,15 @@ class _Handler(socketserver.BaseRequestHandler):
         self.proxy._update(lambda: self.rec.exchanges.append(ex))
         return ex
 
-    def _half_close_and_watch(self) -> str:
+    def _half_close_and_watch(self, timeout: float | None = None) -> str:
         """Deliver nothing more, then see how the subject's side ends."""
         try:
             self.request.shutdown(socket.SHUT_WR)
         except OSError:
             return "reset"
-        self.request.settimeout(self.proxy.subject_close_timeout)
-        deadline = time.monotonic() + self.proxy.subject_close_timeout
+        wait = self.proxy.subject_close_timeout if timeout is None else timeout
+        self.request.settimeout(wait)
+        deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             try:
                 if not self._recv_down():
@@ -402,7 +406,12 @@ class _Handler(socketserver.BaseRequestHandler):
                 keep = self._bad_gateway()
             elif abort.outcome != "downstream_failed":
                 self._close_upstream()
-                end = self._half_close_and_watch()
+                # After a drop, the subject's end of the connection is evidence (lost_response's
+                # agent_side): wait for it. After a close, nothing reads it, and a partition may
+                # be dropping the subject's FIN anyway: do not hold the call long for it.
+                end = self._half_close_and_watch(
+                    None if abort.outcome == "dropped" else CLOSE_WATCH_S
+                )
                 self.proxy._update(lambda: setattr(ex, "subject_end", end))
         finally:
             self.proxy._update(lambda: setattr(ex, "outcome", outcome))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -34,12 +35,16 @@ class SweepReport(BaseModel):
     nft_tables: list[str] = Field(default_factory=list)
     veths: list[str] = Field(default_factory=list)
     netns: list[str] = Field(default_factory=list)
+    state_dirs: list[str] = Field(default_factory=list)
     skipped_live_runs: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
 
     @property
     def removed_anything(self) -> bool:
-        return any((self.processes, self.containers, self.nft_tables, self.veths, self.netns))
+        return any(
+            (self.processes, self.containers, self.nft_tables, self.veths, self.netns,
+             self.state_dirs)
+        )  # fmt: skip
 
 
 class _Selector:
@@ -194,4 +199,22 @@ def sweep(prefix_filter: str | None = None, *, include_live: bool = False) -> Sw
     _sweep_processes(sel, report)
     _sweep_containers(sel, report)
     _sweep_network(sel, report)
+    _sweep_state_dirs(sel, report)
     return report
+
+
+SUBJECT_ROOT = Path("/var/tmp/afb-subjects")  # where attempts put subject state directories
+
+
+def _sweep_state_dirs(sel: _Selector, report: SweepReport) -> None:
+    """Subject state directories of crashed runs (named by run id; normal exits remove them)."""
+    if not SUBJECT_ROOT.is_dir():
+        return
+    for d in sorted(SUBJECT_ROOT.iterdir()):
+        try:
+            run_id = naming.check_run_id(d.name)
+        except ValueError:
+            continue  # not one of ours
+        if d.is_dir() and not d.is_symlink() and sel.wants(run_id):
+            shutil.rmtree(d, ignore_errors=True)
+            report.state_dirs.append(str(d))

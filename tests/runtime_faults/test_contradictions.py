@@ -1,0 +1,66 @@
+"""A witness that contradicts the claimed fault is INVALID_INJECTION, on the real runtime.
+
+Each actuator here reports `applied: true` but lands only part of the fault (or too much of it);
+the real collectors must show exactly that and the evaluator must reject the attempt.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from runner.evaluator.spec import FaultKind
+from runner.runtime.attempt import AttemptResources, RunServices
+from runner.runtime.faults.base import Directive, FaultContext, FaultPlugin, Injection
+from runner.runtime.faults.network_partition import NetworkPartitionFault
+from runner.runtime.faults.sandbox_restart import SandboxRestartFault
+from runner.runtime.selftest import INVALID_INJECTION, run_case
+
+pytestmark = pytest.mark.runtime
+
+
+class EpochOnlyRestart(SandboxRestartFault):
+    """Bumps the interposer's epoch but never restarts the container: the pid stays."""
+
+    def inject(self, ctx: FaultContext) -> Injection:
+        self.interposer.bump_epoch()
+        return Injection(applied=True, directive=Directive.CONTINUE, detail={"fake": True})
+
+
+class PartitionAlsoControl(NetworkPartitionFault):
+    """Blocks the control endpoint too: the probe's control path fails."""
+
+    def inject(self, ctx: FaultContext) -> Injection:
+        self.table.add_drop(*self.control)
+        return super().inject(ctx)
+
+    def release(self, ctx: FaultContext) -> None:
+        super().release(ctx)
+        for rule in self.table.rules():  # let the subject reach its tools again
+            self.table.remove_rule(rule.rule_id)
+
+
+def test_sandbox_pid_unchanged(services: RunServices, image: str) -> None:
+    def factory(r: AttemptResources) -> FaultPlugin:
+        return EpochOnlyRestart(r.sandbox, r.interposer)
+
+    row, _ = run_case(services, FaultKind.SANDBOX_RESTART, "real", image, plugin_factory=factory)
+    assert row.verdict == INVALID_INJECTION, row
+    # The session side did happen (the epoch moved); the identity side did not.
+    assert set(row.violated) == {"init_pid_changed", "start_time_changed", "boot_token_changed"}
+
+
+def test_partition_control_path_also_fails(services: RunServices, image: str) -> None:
+    def factory(r: AttemptResources) -> FaultPlugin:
+        return PartitionAlsoControl(r.table, r.net.netns, r.proxy.address, r.interposer.address)
+
+    row, _ = run_case(services, FaultKind.NETWORK_PARTITION, "real", image, plugin_factory=factory)
+    assert row.verdict == INVALID_INJECTION, row
+    assert set(row.violated) == {"control_reachable"}
+
+
+def test_proxy_delivered_response_bytes(services: RunServices, image: str) -> None:
+    # Too late to lose the response: the proxy has already delivered it.
+    trigger = {"tool": "submit_patch", "ordinal": 1, "phase": "response_sent"}
+    row, _ = run_case(services, FaultKind.LOST_RESPONSE, "real", image, trigger=trigger)
+    assert row.verdict == INVALID_INJECTION, row
+    assert "zero_bytes_delivered" in row.violated
