@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -166,14 +166,23 @@ class SubjectEvaluation(Frozen):
     terminal_records: list[TerminalRecord]
 
 
-EnvironmentCheck = tuple[str | None, str | None, list[str]]  # (proof hash, env hash, reasons)
+class EnvironmentCheck(NamedTuple):
+    """What the environment conformance check concluded about a run."""
+
+    proof_hash: str | None
+    execution_environment_hash: str | None
+    reasons: list[str]
+    proof: dict[str, Any] | None = None  # the conformance proof document, written with results
+
+
+NO_ENVIRONMENT = EnvironmentCheck(None, None, [])
 
 
 def evaluate_run(
     rp: RunProtocol,
     evidence: LoadedEvidence,
     current_evaluator_digest: str,
-    environment_check: EnvironmentCheck = (None, None, []),
+    environment_check: EnvironmentCheck = NO_ENVIRONMENT,
 ) -> dict[str, SubjectEvaluation]:
     """Decide every subject of the run. Deterministic in the evidence's content."""
     spec = rp.spec()
@@ -190,7 +199,7 @@ def evaluate_run(
     slot_counts = Counter(s.slot_id for s in rp.slots)
     if any(n > 1 for n in slot_counts.values()):
         run_reasons.append("duplicate_cell")
-    env_proof, env_hash, env_reasons = environment_check
+    env_proof, env_hash, env_reasons, _ = environment_check
     run_reasons += env_reasons
 
     grouped = group_attempts(evidence.entries)

@@ -36,18 +36,22 @@ def environment_hook(
 ) -> EnvironmentCheck:
     spec = rp.spec()
     if not spec.factors:
-        return (None, None, [])
+        return EnvironmentCheck(None, None, [])
     if not evidence.environment:
         required = any(f.required for f in spec.factors)
-        return (None, None, ["environment_not_recorded"] if required else [])
+        return EnvironmentCheck(None, None, ["environment_not_recorded"] if required else [])
     envs: list[ExecutionEnvironment] = []
     for rec in evidence.environment:
         try:
             env = _artifact(store, rec.artifact)
         except EvidenceError:
-            return (None, rec.execution_environment_hash, ["environment_artifact_invalid"])
+            return EnvironmentCheck(
+                None, rec.execution_environment_hash, ["environment_artifact_invalid"]
+            )
         if env.execution_environment_hash != rec.execution_environment_hash:
-            return (None, rec.execution_environment_hash, ["environment_artifact_mismatch"])
+            return EnvironmentCheck(
+                None, rec.execution_environment_hash, ["environment_artifact_mismatch"]
+            )
         if env.execution_environment_hash not in {e.execution_environment_hash for e in envs}:
             envs.append(env)
     # One artifact per invocation (a resumed run records another): each must conform under the
@@ -59,7 +63,9 @@ def environment_hook(
         else (check_environments(envs, spec.factors, spec.sources, purpose="overhead_pair"))
     )
     reasons = [f"environment:{c}" for c in proof.reason_codes] if not proof.conform else []
-    return (proof.proof_hash, first.execution_environment_hash, reasons)
+    return EnvironmentCheck(
+        proof.proof_hash, first.execution_environment_hash, reasons, proof.to_json()
+    )
 
 
 def _run_of(scorecard: Path) -> Path:

@@ -16,9 +16,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .canonical import parse_json
+from .canonical import canonical_bytes, parse_json
 from .compare import build, comparison_md, gate
 from .eligibility import (
+    NO_ENVIRONMENT,
     EnvironmentCheck,
     LoadedEvidence,
     SubjectEvaluation,
@@ -83,7 +84,7 @@ def _derive(
     rp = read_protocol(run_dir)
     store = EvidenceStore(run_dir)
     evidence = LoadedEvidence.from_store(store)
-    env = environment(rp, evidence, store) if environment else (None, None, [])
+    env = environment(rp, evidence, store) if environment else NO_ENVIRONMENT
     evaluations = evaluate_run(rp, evidence, evaluator_digest, env)
     artifacts = [f"{JOURNALS}/{p.name}" for p in store.journal_paths()] + [PROTOCOL_FILE]
     out: dict[str, SubjectResult] = {}
@@ -106,6 +107,8 @@ def _derive(
             files[base + "incomplete-evidence.json"] = _json(rep)
             files[base + "incomplete-evidence.md"] = report_md(rep).encode()
             out[subject] = SubjectResult(ev, None, rep)
+    if env.proof is not None:
+        files[f"{RESULTS}/environment-conformance.json"] = canonical_bytes(env.proof) + b"\n"
     cards = [r.scorecard for r in out.values() if r.scorecard is not None]
     if len(cards) >= 2 and not gate(cards):
         # Subjects of one run share one environment record: its conformance proof is theirs.

@@ -1,0 +1,79 @@
+"""CI's reproducibility gate over the published reference results (vectors/published/).
+
+- Every published bundle either re-derives byte for byte with this evaluator (REPRODUCED), or
+  all of its scorecards are superseded in the registry with a replacement protocol hash.
+- specs/swe-lite.toml is frozen: changing an evaluator input (or any rule) changes its
+  protocol_hash, and this fails until the change is recorded with `bench amend`.
+- The current swe-lite protocol has a published, registered bundle: an amendment needs a new
+  published result under it (docs: README "Publishing a reference result").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runner.evaluator import freeze as freezing
+from runner.evaluator.envcheck import environment_hook
+from runner.evaluator.identities import compute
+from runner.evaluator.inputs import evaluator_digest
+from runner.evaluator.registry import Registry
+from runner.evaluator.reproduce import reproduce
+from runner.evaluator.results import load_result
+from runner.evaluator.runfile import read_protocol
+from runner.evaluator.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+PUBLISHED = ROOT / "vectors" / "published"
+REGISTRY = Registry(ROOT / "registry" / "registry.jsonl")
+SWE_LITE = ROOT / "specs" / "swe-lite.toml"
+BUNDLES = (
+    sorted(p for p in PUBLISHED.iterdir() if (p / "protocol.json").is_file())
+    if PUBLISHED.is_dir()
+    else []
+)
+
+
+def _current_protocol() -> str:
+    return compute(load_spec(SWE_LITE), SWE_LITE).protocol_hash
+
+
+def test_swe_lite_protocol_is_frozen() -> None:
+    spec = load_spec(SWE_LITE)
+    ids = compute(spec, SWE_LITE)
+    state, _ = freezing.status(SWE_LITE, ids)
+    assert state is freezing.ProtocolStatus.FROZEN, (
+        f"specs/swe-lite.toml is {state.value}: an evaluator input or rule changed; record it with "
+        "`bench amend specs/swe-lite.toml --reason ...` and publish a result under the new protocol"
+    )
+
+
+def test_current_protocol_has_a_registered_published_bundle() -> None:
+    current = _current_protocol()
+    live = {h: e for h, e in REGISTRY.state().items() if e.type == "published"}
+    matching = [b for b in BUNDLES if read_protocol(b).identities.protocol_hash == current]
+    assert matching, f"no published bundle under the current protocol {current}"
+    for b in matching:
+        for card_path in sorted((b / "results").glob("*/scorecard.json")):
+            card = load_result(card_path)
+            assert card.scorecard_hash() in live, f"{card_path} is not registered as published"
+
+
+@pytest.mark.parametrize("bundle", BUNDLES, ids=[b.name for b in BUNDLES])
+def test_published_bundle_reproduces_or_is_superseded(bundle: Path) -> None:
+    rp = read_protocol(bundle)
+    state = REGISTRY.state()
+    cards = [load_result(p) for p in sorted((bundle / "results").glob("*/scorecard.json"))]
+    if rp.identities.evaluator_digest != evaluator_digest():
+        for card in cards:
+            entry = state.get(card.scorecard_hash())
+            assert entry is not None and entry.type in ("superseded", "withdrawn"), (
+                f"{bundle.name} was made by another evaluator and is still published: "
+                "supersede it (bench registry supersede) after publishing its replacement"
+            )
+            if entry.type == "superseded":
+                assert entry.replacement_protocol_hash, "supersession without a replacement"
+        return
+    problems = reproduce(bundle, evaluator_digest(), environment_hook)
+    assert problems == [], f"{bundle.name} does not reproduce: {problems[:3]}"
