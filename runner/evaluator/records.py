@@ -126,6 +126,9 @@ class AttemptEnded(AttemptRef):
     trigger_reached: bool
     wall_ns: NsTime
     detail: str = ""
+    ledger: Digest | None = Field(
+        default=None, description="blob holding the destination's own ledger of this attempt"
+    )
 
 
 class HarnessError(AttemptRef):

@@ -58,7 +58,7 @@ from runner.runtime.podman_service import PodmanService
 from runner.runtime.procs import ExitStatus, Reaper, SubjectLauncher
 from runner.runtime.proxy import EgressProxy
 from runner.runtime.sandbox import PodmanSandbox, SandboxSpec
-from runner.runtime.sweep import SUBJECT_ROOT  # one definition: sweep removes it too
+from runner.runtime.sweep import PODMAN_ROOT, SUBJECT_ROOT  # one definition: sweep removes them
 from runner.runtime.triggers import TriggerEngine
 
 LEDGER_SHAPE = ShapeCheck(
@@ -118,7 +118,10 @@ class RunServices:
         os.chmod(self.run_dir, 0o700)
         try:
             self._stack.enter_context(naming.hold_run(self.run_id))
-            self.podman = self._stack.enter_context(PodmanService(self.run_id, self.run_dir))
+            # The service's socket and log are runtime state, not evidence: outside the run dir.
+            self.podman = self._stack.enter_context(
+                PodmanService(self.run_id, PODMAN_ROOT / self.run_id)
+            )
             self.reaper = self._stack.enter_context(Reaper())
             self.evidence = EvidenceStore(self.run_dir)
             self.launcher = SubjectLauncher(self.run_id, self.reaper)
@@ -138,6 +141,9 @@ class RunServices:
         try:
             self._stack.close()
         finally:
+            shutil.rmtree(PODMAN_ROOT / self.run_id, ignore_errors=True)
+            with contextlib.suppress(OSError):  # empty once every ledger is archived
+                (self.run_dir / "destination").rmdir()
             if not self.keep_subject_dirs:
                 shutil.rmtree(self.subject_root, ignore_errors=True)
 
@@ -254,6 +260,20 @@ class _Attempt:
         self.outcome: Outcome = "harness_error"
         self.tool_calls: dict[str, int] = {}
 
+    def _ledger_path(self) -> Path:
+        return self.services.run_dir / "destination" / f"{self.name}.jsonl"
+
+    def _archive_ledger(self) -> str | None:
+        """The destination's own ledger becomes a content-addressed blob of the evidence."""
+        path = self._ledger_path()
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        address = self.services.evidence.put_blob(data)
+        path.unlink()
+        return address
+
     def error(self, stage: str, message: str) -> None:
         self.journal.append(HarnessError(**self.ref, stage=stage, message=message[:4000]))
 
@@ -295,6 +315,7 @@ class _Attempt:
                     trigger_reached=reached,
                     wall_ns=str(self.wall_ns),
                     detail=self.stage if self.outcome == "harness_error" else "",
+                    ledger=self._archive_ledger(),
                 )
             )
             if interrupted is not None:
@@ -352,9 +373,7 @@ class _Attempt:
                     "sandbox_setup", f"{list(argv)} exited {r.exit_code}: {r.stderr[-500:]!r}"
                 )
         self.stage = "services"
-        dest = DestinationService(
-            s.run_dir / "destination" / f"{self.name}.jsonl", idempotency_keys=p.idempotency_keys
-        )
+        dest = DestinationService(self._ledger_path(), idempotency_keys=p.idempotency_keys)
         st.callback(dest.stop)
         dest.start()
         engine = TriggerEngine(self.journal, cell_id=p.cell_id, attempt=p.attempt)

@@ -204,13 +204,13 @@ def sweep(prefix_filter: str | None = None, *, include_live: bool = False) -> Sw
 
 
 SUBJECT_ROOT = Path("/var/tmp/afb-subjects")  # where attempts put subject state directories
+PODMAN_ROOT = Path("/run/afb/podman")  # per-run private podman service socket and log
 
 
 def _sweep_state_dirs(sel: _Selector, report: SweepReport) -> None:
-    """Subject state directories of crashed runs (named by run id; normal exits remove them)."""
-    if not SUBJECT_ROOT.is_dir():
-        return
-    for d in sorted(SUBJECT_ROOT.iterdir()):
+    """Per-run directories of crashed runs (named by run id; normal exits remove them)."""
+    for d in sorted(p for root in (SUBJECT_ROOT, PODMAN_ROOT) if root.is_dir()
+                    for p in root.iterdir()):  # fmt: skip
         try:
             run_id = naming.check_run_id(d.name)
         except ValueError:
