@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from runner.runtime.serving import ServedInThread
+
 CALL_ID_HEADER = "X-AFB-Call-Id"
 MAX_BODY = 4 * 1024 * 1024
 
@@ -183,8 +185,10 @@ class _Server(ThreadingHTTPServer):
     idempotency_keys: bool
 
 
-class DestinationService:
+class DestinationService(ServedInThread["_Server"]):
     """`with DestinationService(ledger_path) as d: d.address` -> (host, port)."""
+
+    label = "destination"
 
     def __init__(
         self,
@@ -196,16 +200,7 @@ class DestinationService:
     ) -> None:
         self.ledger_path = ledger_path
         self.idempotency_keys = idempotency_keys
-        self._bind = (host, port)
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def address(self) -> tuple[str, int]:
-        if self._server is None:
-            raise RuntimeError("destination not started")
-        host, port = self._server.server_address[:2]
-        return str(host), int(port)
+        super().__init__((host, port))
 
     @property
     def ledger(self) -> Ledger:
@@ -213,30 +208,11 @@ class DestinationService:
             raise RuntimeError("destination not started")
         return self._server.ledger
 
-    def start(self) -> DestinationService:
+    def _make_server(self) -> _Server:
         server = _Server(self._bind, _Handler)
         server.ledger = Ledger(self.ledger_path)
         server.idempotency_keys = self.idempotency_keys
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, args=(0.05,), name="afb-destination"
-        )
-        self._thread.daemon = True
-        self._thread.start()
-        return self
+        return server
 
-    def stop(self) -> None:
-        if self._server is None:
-            return
-        self._server.shutdown()
-        self._server.server_close()
-        self._server.ledger.close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = None
-
-    def __enter__(self) -> DestinationService:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def _on_stop(self, server: _Server) -> None:
+        server.ledger.close()

@@ -31,6 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
 from runner.evaluator.spec import Phase
+from runner.runtime.serving import ServedInThread
 from runner.runtime.triggers import Decision, Directive, EventSink, NullSink
 
 SOURCE = "tool_interposer"
@@ -90,8 +91,10 @@ class _BadRequest(Exception):
     pass
 
 
-class ToolInterposer:
+class ToolInterposer(ServedInThread["_Server"]):
     """`with ToolInterposer(sandbox, sink=engine) as ti: ti.address` -> (host, port)."""
+
+    label = "interposer"
 
     def __init__(
         self,
@@ -107,7 +110,7 @@ class ToolInterposer:
         self.sink: EventSink = sink if sink is not None else NullSink()
         self.exec_timeout = exec_timeout
         self.run_tests_argv = list(run_tests_argv)
-        self._bind = (host, port)
+        super().__init__((host, port))
         self._lock = threading.Condition()  # notified when a call settles
         self._epoch = 1
         self._sessions: dict[str, SessionRecord] = {}
@@ -115,42 +118,11 @@ class ToolInterposer:
         self._stale: list[StaleFailure] = []
         self._calls: dict[str, CallRecord] = {}
         self._counts: dict[str, int] = {}
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
 
-    # --- lifecycle ------------------------------------------------------------------------------
-
-    @property
-    def address(self) -> tuple[str, int]:
-        if self._server is None:
-            raise RuntimeError("interposer not started")
-        host, port = self._server.server_address[:2]
-        return str(host), int(port)
-
-    def start(self) -> ToolInterposer:
-        self._server = _Server(self._bind, _Handler)
-        self._server.interposer = self
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.05,), name="afb-interposer"
-        )
-        self._thread.daemon = True
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is None:
-            return
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = None
-
-    def __enter__(self) -> ToolInterposer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def _make_server(self) -> _Server:
+        server = _Server(self._bind, _Handler)
+        server.interposer = self
+        return server
 
     # --- harness side ---------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 import h11
 
 from runner.evaluator.spec import Phase
+from runner.runtime.serving import ServedInThread
 from runner.runtime.triggers import Decision, Directive, EventSink, NullSink
 
 SOURCE = "egress_proxy"
@@ -103,8 +104,10 @@ class _SubjectGone(Exception):
         self.how = how
 
 
-class EgressProxy:
+class EgressProxy(ServedInThread["_Server"]):
     """`with EgressProxy(dest_addr, sink=engine) as p: p.address` -> (host, port)."""
+
+    label = "proxy"
 
     def __init__(
         self,
@@ -124,52 +127,23 @@ class EgressProxy:
         self.subject_close_timeout = subject_close_timeout
         self.idle_timeout = idle_timeout
         self.upstream_timeout = upstream_timeout
-        self._bind = (host, port)
+        super().__init__((host, port))
         self._lock = threading.Condition()  # notified whenever a record changes
         self._conns: dict[str, ConnectionRecord] = {}
         self._ids = itertools.count(1)
         self._live: set[socket.socket] = set()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
 
-    # --- lifecycle ------------------------------------------------------------------------------
+    def _make_server(self) -> _Server:
+        server = _Server(self._bind, _Handler)
+        server.proxy = self
+        return server
 
-    @property
-    def address(self) -> tuple[str, int]:
-        if self._server is None:
-            raise RuntimeError("proxy not started")
-        host, port = self._server.server_address[:2]
-        return str(host), int(port)
-
-    def start(self) -> EgressProxy:
-        self._server = _Server(self._bind, _Handler)
-        self._server.proxy = self
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.05,), name="afb-proxy"
-        )
-        self._thread.daemon = True
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is None:
-            return
-        self._server.shutdown()
-        self._server.server_close()
+    def _on_stop(self, server: _Server) -> None:
         with self._lock:
             live = list(self._live)
         for s in live:  # unblock handler threads still reading
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = None
-
-    def __enter__(self) -> EgressProxy:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # --- observations ---------------------------------------------------------------------------
 

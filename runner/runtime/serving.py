@@ -1,0 +1,58 @@
+"""One lifecycle for the benchmark's small servers (tool interposer, egress proxy, destination):
+a socketserver on a daemon thread, with `address`, `start`, `stop` and context management."""
+
+from __future__ import annotations
+
+import socketserver
+import threading
+from typing import Any, ClassVar, Generic, Self, TypeVar
+
+S = TypeVar("S", bound=socketserver.BaseServer)
+
+
+class ServedInThread(Generic[S]):
+    label: ClassVar[str]  # thread name and error messages
+
+    def __init__(self, bind: tuple[str, int]) -> None:
+        self._bind = bind
+        self._server: S | None = None
+        self._thread: threading.Thread | None = None
+
+    def _make_server(self) -> S:
+        """Create the bound server and attach what its handlers need."""
+        raise NotImplementedError
+
+    def _on_stop(self, server: S) -> None:
+        """After the server stopped accepting, before its thread is joined."""
+
+    @property
+    def address(self) -> tuple[str, int]:
+        if self._server is None:
+            raise RuntimeError(f"{self.label} not started")
+        addr: Any = self._server.server_address  # type: ignore[attr-defined]
+        return str(addr[0]), int(addr[1])
+
+    def start(self) -> Self:
+        self._server = server = self._make_server()
+        self._thread = threading.Thread(
+            target=server.serve_forever, args=(0.05,), name=f"afb-{self.label}", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        server = self._server
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        self._on_stop(server)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
