@@ -44,6 +44,7 @@ from runner.runtime.attempt_api import (
     GradeOutcome,
     ReadLedger,
 )
+from runner.runtime.attempt_api import journal_name as attempt_journal_name
 from runner.runtime.attempt_subject import SubjectRegistry, prepare_state_dir
 from runner.runtime.destination import DestinationService
 from runner.runtime.faults.base import FaultPlugin, check_against_contract
@@ -180,7 +181,7 @@ def default_plugin(r: AttemptResources) -> FaultPlugin:
 
 
 def journal_name(plan: AttemptPlan) -> str:
-    return f"{plan.cell_id.removeprefix('sha256:')[:16]}-a{plan.attempt}"
+    return attempt_journal_name(plan.cell_id, plan.attempt)
 
 
 # --- grading helpers ---------------------------------------------------------------------------

@@ -32,6 +32,11 @@ SUBJECT_ENV = (
 )
 
 
+def journal_name(cell_id: str, attempt: int) -> str:
+    """The journal of one attempt; the executor finds attempts by this name, so one definition."""
+    return f"{cell_id.removeprefix('sha256:')[:16]}-a{attempt}"
+
+
 @dataclass(frozen=True)
 class SubjectCommand:
     argv: Sequence[str]

@@ -14,7 +14,6 @@ import datetime as dt
 import hashlib
 import json
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -35,7 +34,7 @@ from runner.evaluator.records import EnvironmentRecorded, RunStarted
 from runner.evaluator.runfile import PROTOCOL_FILE, RunProtocol, read_protocol, write_protocol
 from runner.evaluator.spec import Spec, load_spec, spec_base
 from runner.evaluator.witness import load_contracts
-from runner.runtime.attempt_api import AttemptPlan, SubjectCommand
+from runner.runtime.attempt_api import AttemptPlan, SubjectCommand, journal_name
 from runner.runtime.grading import SweLiteGrader, subject_task
 
 REFERENCE = "reference:"
@@ -56,11 +55,6 @@ class RunSummary:
     attempts_run: int
     cells: int
     wall_s: float
-    per_stage: dict[str, float]
-
-
-def journal_name(cell_id: str, attempt: int) -> str:
-    return f"{cell_id.removeprefix('sha256:')[:16]}-a{attempt}"
 
 
 def _public_subject_script() -> Path:
@@ -184,15 +178,16 @@ class MatrixRun:
         out = []
         for cell in cells:
             n = 0
-            while (
-                self.store.run_dir / "journals" / f"{journal_name(cell.cell_id, n + 1)}.jsonl"
-            ).exists():
+            while self._journal(cell, n + 1).exists():
                 n += 1
             out.append(CellState(cell, n, n > 0 and self._finished(cell, n)))
         return out
 
+    def _journal(self, cell: Cell, attempt: int) -> Path:
+        return self.run_dir / "journals" / f"{journal_name(cell.cell_id, attempt)}.jsonl"
+
     def _finished(self, cell: Cell, n: int) -> bool:
-        path = self.run_dir / "journals" / f"{journal_name(cell.cell_id, n)}.jsonl"
+        path = self._journal(cell, n)
         try:
             entries = [(path.stem, e.seq, e.record) for e in read_journal(path)]
         except EvidenceError:
@@ -285,8 +280,4 @@ def execute(
             ran += n
             if on_cell_done is not None:
                 on_cell_done(futures[fut].cell, n)
-    return RunSummary(mrun.run_dir, ran, len(states), time.perf_counter() - t0, {})
-
-
-def cleanup_public_dir() -> None:
-    shutil.rmtree(PUBLIC_DIR, ignore_errors=True)
+    return RunSummary(mrun.run_dir, ran, len(states), time.perf_counter() - t0)
