@@ -77,13 +77,86 @@ def canonical_bytes(value: Any) -> bytes:
         raise CanonicalError("", str(exc)) from exc
 
 
+# ------------------------------------------------------------------------- fast canonical bytes
+
+
+class _Slow(Exception):
+    """The value leaves the domain where the fast encoder provably equals RFC 8785."""
+
+
+JSON_ENCODER = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
+)
+
+
+def _jsonable(v: Any) -> Any:
+    # Exact types only. On this domain the C JSON encoder writes RFC 8785 bytes:
+    # - strings: both escape exactly " \\ \b \f \n \r \t (short form) and the other controls
+    #   below 0x20 as lowercase \u00xx, and write everything else literally;
+    # - object keys: ASCII only, so code-point order is UTF-16 code-unit order;
+    # - integers: within +-(2^53-1), written as decimal digits by both;
+    # - floats: an integral value within +-(2^53-1) is written as the integer (ECMAScript has no
+    #   trailing ".0"; -0.0 becomes 0), a non-integral one with 1e-4 <= |v| < 1e16 is repr(v)
+    #   in both (shortest round-trip digits, fixed notation); anything else goes the slow way.
+    # Lone surrogates make the final UTF-8 encode fail, which also falls back.
+    # (Plain scalars inside containers are checked inline: this walk is the hot path.)
+    t = type(v)
+    if t is dict:
+        out = {}
+        for k, x in v.items():
+            if type(k) is not str or not k.isascii():
+                raise _Slow
+            tx = type(x)
+            if (
+                tx is str
+                or tx is bool
+                or x is None
+                or (tx is int and -MAX_SAFE_INTEGER <= x <= MAX_SAFE_INTEGER)
+            ):
+                out[k] = x
+            else:
+                out[k] = _jsonable(x)
+        return out
+    if t is list:
+        return [_jsonable(x) for x in v]
+    if t is str or t is bool or v is None:
+        return v
+    if t is int:
+        if -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:
+            return v
+        raise _Slow
+    if t is float:
+        if v.is_integer():
+            if -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:
+                return int(v)
+        elif 1e-4 <= abs(v) < 1e16:
+            return v
+    raise _Slow
+
+
+def fast_canonical_bytes(value: Any) -> bytes:
+    """The same bytes as `canonical_bytes`, several times faster on plain JSON documents.
+
+    Values outside the proven-equal domain (see `_jsonable`) go through `canonical_bytes`, which
+    also raises its usual errors for values that have no canonical form.
+    """
+    try:
+        return JSON_ENCODER.encode(_jsonable(value)).encode("utf-8")
+    except (_Slow, UnicodeEncodeError):
+        return canonical_bytes(value)
+
+
+def fast_digest(value: Any) -> str:
+    return "sha256:" + hashlib.sha256(fast_canonical_bytes(value)).hexdigest()
+
+
 def sha256_digest(data: bytes) -> str:
     return DIGEST_PREFIX + hashlib.sha256(data).hexdigest()
 
 
 def digest(value: Any) -> str:
-    """`sha256:<64 hex>` over the canonical bytes of `value`."""
-    return sha256_digest(canonical_bytes(value))
+    """`sha256:<64 hex>` over the canonical bytes of `value` (via the fast path: same bytes)."""
+    return sha256_digest(fast_canonical_bytes(value))
 
 
 def is_digest(text: str) -> bool:

@@ -8,16 +8,18 @@ any reason code is `ineligible`, and only an eligible proof can construct a scor
 from __future__ import annotations
 
 import hashlib
+import io
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .canonical import MAX_SAFE_INTEGER, digest
-from .journal import JSON_ENCODER, EvidenceStore, fast_canonical_bytes, fast_digest
+from .canonical import MAX_SAFE_INTEGER, digest, fast_canonical_bytes, fast_digest
+from .journal import EvidenceStore
 from .matrix import Slot, stratum_key
-from .outcomes import AttemptVerdict, Positioned, TerminalRecord, group_attempts, terminal_record
+from .outcomes import Positioned, TerminalRecord, group_attempts, terminal_record
 from .records import EnvironmentRecorded
 from .runfile import RunProtocol, consistency_problems
 from .spec import FaultKind, Status
@@ -95,42 +97,52 @@ def evidence_root(leaves: Iterable[str]) -> str:
 
 
 def leaf(at_ns: str, record: dict[str, Any]) -> str:
-    # Each record with its own timestamp; seq and prev are positions, left out on purpose.
+    """Each record with its own timestamp; seq and prev are positions, left out on purpose.
+
+    Reading a journal computes the same digest from the line's bytes (`journal.line_leaf`).
+    """
     return fast_digest({"at_ns": at_ns, "record": record})
-
-
-_TERMINAL_FIELDS = frozenset(TerminalRecord.model_fields)
-_VERDICT_FIELDS = frozenset(AttemptVerdict.model_fields)
-_TERMINAL_INTS = ("intended_effects", "committed_effects", "tool_calls")
 
 
 def terminal_line(record: TerminalRecord) -> bytes:
     """RFC 8785 bytes of a terminal record's JSON form (`canonical_bytes(r.model_dump(...))`).
 
-    Its JSON form holds only strings, booleans, nulls, lists of strings, integers and attempt
-    objects, all with ASCII keys: the C encoder writes RFC 8785 bytes for it once every integer is
-    known to be within +-(2^53-1) (see journal._jsonable). Anything else takes the checked path.
+    TerminalRecord and AttemptVerdict declare their fields in sorted order and hold only
+    strings, booleans, nulls, enums, lists of strings and integers, so pydantic's compact JSON
+    writes the canonical bytes: members in order, the same string escapes as RFC 8785 (only
+    `"`, `\\` and controls below 0x20; everything else literally, as UTF-8), integers as decimal
+    digits once each is known to be within +-(2^53-1). Anything else takes the checked path.
     """
-    doc = record.model_dump(mode="json")
-    if (
-        set(doc) == _TERMINAL_FIELDS
-        and all(
-            type(v) is not int or -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER
-            for v in (*(doc[k] for k in _TERMINAL_INTS), *(a["attempt"] for a in doc["attempts"]))
-        )
-        and all(set(a) == _VERDICT_FIELDS for a in doc["attempts"])
+    ints = (record.intended_effects, record.committed_effects, record.tool_calls)
+    if all(v is None or -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER for v in ints) and all(
+        -MAX_SAFE_INTEGER <= a.attempt <= MAX_SAFE_INTEGER for a in record.attempts
     ):
         try:
-            return JSON_ENCODER.encode(doc).encode("utf-8")
-        except UnicodeEncodeError:
+            return record.__pydantic_serializer__.to_json(record)
+        except ValueError:  # e.g. a lone surrogate: the checked path names it
             pass
-    return fast_canonical_bytes(doc)
+    return fast_canonical_bytes(record.model_dump(mode="json"))
+
+
+TERMINAL_RECORDS_DOMAIN = b"afb.terminal-records/2\n"
 
 
 def terminal_records_hash(records: Iterable[TerminalRecord]) -> str:
-    h = hashlib.sha256(b"afb.terminal-records/1\n")
-    for line in sorted(terminal_line(r) for r in records):
-        h.update(line + b"\n")
+    """SHA-256 over the domain tag and the records' canonical lines in cell-id order, each
+    ended by a newline: a subject's terminal-records.jsonl, hashed. Independent of the order the
+    records are given in (a subject's cell ids are unique), and computable as a stream when they
+    arrive in cell-id order, as `decide_subject` receives them."""
+    return jsonl_hash(b"".join(terminal_line(r) + b"\n" for r in sorted(records, key=_by_cell)))
+
+
+def _by_cell(record: TerminalRecord) -> str:
+    return record.cell_id
+
+
+def jsonl_hash(jsonl: bytes) -> str:
+    """`terminal_records_hash` of records given as their terminal-records.jsonl bytes."""
+    h = hashlib.sha256(TERMINAL_RECORDS_DOMAIN)
+    h.update(jsonl)  # not concatenated: no second copy of a large subject's records
     return "sha256:" + h.hexdigest()
 
 
@@ -152,7 +164,7 @@ class LoadedEvidence:
         env: list[EnvironmentRecorded] = []
         for journal, entry in store.entries():
             entries.append((journal, entry.seq, entry.record))
-            leaves.append(leaf(entry.at_ns, entry.record.model_dump(mode="json")))
+            leaves.append(entry.leaf)
             if isinstance(entry.record, EnvironmentRecorded):
                 env.append(entry.record)
         return cls(entries, evidence_root(leaves), env)
@@ -161,9 +173,27 @@ class LoadedEvidence:
 # ---------------------------------------------------------------------------------- validating
 
 
-class SubjectEvaluation(Frozen):
+@dataclass(frozen=True)
+class SubjectEvaluation:
+    """A subject's proof and its terminal records, held as terminal-records.jsonl bytes: their
+    canonical lines in cell-id order, each ended by a newline.
+
+    One bytes object, not models nor a list of lines: at a million cells those would not fit the
+    memory budget, and every consumer (the proof's hash, the terminal-records file, the
+    publication pass) wants exactly these bytes.
+    """
+
     proof: EligibilityProof
-    terminal_records: list[TerminalRecord]
+    terminal_jsonl: bytes
+
+    def terminal_lines(self) -> Iterator[bytes]:
+        """Each record's canonical line, without its newline, in cell-id order."""
+        for line in io.BytesIO(self.terminal_jsonl):
+            yield line[:-1]
+
+    @property
+    def terminal_records(self) -> list[TerminalRecord]:
+        return [TerminalRecord.model_validate_json(line) for line in self.terminal_lines()]
 
 
 class EnvironmentCheck(NamedTuple):
@@ -216,52 +246,67 @@ def evaluate_run(
     del registered
 
     contracts = rp.contract_map()
-    out: dict[str, SubjectEvaluation] = {}
-    for subject_id, shash in sorted(ids.subject_config_hashes.items()):
-        terminals = [
-            terminal_record(
+
+    def terminals(subject_id: str) -> Iterator[TerminalRecord]:
+        # One cell at a time: only its line outlives it.
+        for cid, slot in by_subject.pop(subject_id, []):
+            yield terminal_record(
                 cid,
                 slot.slot_id,
                 subject_id,
                 slot.stratum,
                 slot.schedule.kind,
                 slot.schedule.parameters,
-                grouped.get(cid),
+                grouped.pop(cid, None),
                 spec.attempts,
                 contracts.get(slot.schedule.kind.value),
                 spec.scoring.scorer_version,
             )
-            for cid, slot in by_subject.pop(subject_id, [])
-        ]
-        out[subject_id] = _decide(
-            rp, subject_id, shash, terminals, run_reasons, evidence, frozen,
-            current_evaluator_digest, env_proof, env_hash,
+
+    out: dict[str, SubjectEvaluation] = {}
+    for subject_id, shash in sorted(ids.subject_config_hashes.items()):
+        out[subject_id] = decide_subject(
+            rp, subject_id, shash, terminals(subject_id), run_reasons,
+            evidence.evidence_root_hash, frozen, current_evaluator_digest, env_proof, env_hash,
         )  # fmt: skip
     return out
 
 
-def _decide(
+def decide_subject(
     rp: RunProtocol,
     subject_id: str,
     shash: str,
-    terminals: list[TerminalRecord],
+    terminals: Iterable[TerminalRecord],
     run_reasons: list[str],
-    evidence: LoadedEvidence,
+    evidence_root_hash: str,
     frozen: bool,
     evaluator: str,
     env_proof: str | None,
     env_hash: str | None,
 ) -> SubjectEvaluation:
+    """One subject's proof from its terminal records, consumed as a stream (one pass, O(strata)
+    state besides the canonical lines the proof's hash and the results need)."""
     spec = rp.spec()
     ids = rp.identities
     reasons = set(run_reasons)
     floor = spec.eligibility.witnessed_coverage_floor_percent
     strata: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     invalid_attempts: dict[str, int] = defaultdict(int)
+    buf = bytearray()
+    previous = ""
     for t in terminals:
-        strata[t.stratum][0] += 1
+        if t.cell_id <= previous:
+            raise ValueError(
+                "terminal records must arrive in cell-id order, each once: "
+                f"{t.cell_id} after {previous}"
+            )
+        previous = t.cell_id
+        buf += terminal_line(t)
+        buf += b"\n"
+        counts = strata[t.stratum]
+        counts[0] += 1
         if t.status in VALID:
-            strata[t.stratum][1] += 1
+            counts[1] += 1
         elif t.status is None:
             reasons.add("missing_cells")
         else:
@@ -297,6 +342,8 @@ def _decide(
         floor_percent=floor,
         strata={s: StratumCoverage(registered=r, witnessed=w) for s, (r, w) in strata.items()},
     )
+    jsonl = bytes(buf)
+    del buf
     proof = seal_proof(
         {
             "subject_id": subject_id,
@@ -309,8 +356,8 @@ def _decide(
             "evaluator_digest": evaluator,
             "recorded_evaluator_digest": ids.evaluator_digest,
             "protocol_status": "frozen" if frozen else "draft",
-            "evidence_root_hash": evidence.evidence_root_hash,
-            "terminal_records_hash": terminal_records_hash(terminals),
+            "evidence_root_hash": evidence_root_hash,
+            "terminal_records_hash": jsonl_hash(jsonl),
             "environment_conformance": env_proof,
             "execution_environment_hash": env_hash,
             "coverage": coverage,
@@ -319,7 +366,7 @@ def _decide(
             "reason_codes": sorted(reasons),
         }
     )
-    return SubjectEvaluation(proof=proof, terminal_records=terminals)
+    return SubjectEvaluation(proof=proof, terminal_jsonl=jsonl)
 
 
 def _expected_strata(rp: RunProtocol) -> set[str]:

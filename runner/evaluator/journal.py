@@ -23,85 +23,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .canonical import MAX_SAFE_INTEGER, canonical_bytes, parse_json, sha256_digest
+from .canonical import canonical_bytes, fast_canonical_bytes, sha256_digest
 from .errors import EvidenceError
 from .records import QuarantinedTail, Record, parse_record
 
 JOURNALS = "journals"
 BLOBS = "blobs/sha256"
-
-
-# ------------------------------------------------------------------------- fast canonical bytes
-
-
-class _Slow(Exception):
-    """The value leaves the domain where the fast encoder provably equals RFC 8785."""
-
-
-JSON_ENCODER = json.JSONEncoder(
-    ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
-)
-
-
-def _jsonable(v: Any) -> Any:
-    # Exact types only. On this domain the C JSON encoder writes RFC 8785 bytes:
-    # - strings: both escape exactly " \\ \b \f \n \r \t (short form) and the other controls
-    #   below 0x20 as lowercase \u00xx, and write everything else literally;
-    # - object keys: ASCII only, so code-point order is UTF-16 code-unit order;
-    # - integers: within +-(2^53-1), written as decimal digits by both;
-    # - floats: an integral value within +-(2^53-1) is written as the integer (ECMAScript has no
-    #   trailing ".0"; -0.0 becomes 0), a non-integral one with 1e-4 <= |v| < 1e16 is repr(v)
-    #   in both (shortest round-trip digits, fixed notation); anything else goes the slow way.
-    # Lone surrogates make the final UTF-8 encode fail, which also falls back.
-    # (Plain scalars inside containers are checked inline: this walk is the hot path.)
-    t = type(v)
-    if t is dict:
-        out = {}
-        for k, x in v.items():
-            if type(k) is not str or not k.isascii():
-                raise _Slow
-            tx = type(x)
-            if (
-                tx is str
-                or tx is bool
-                or x is None
-                or (tx is int and -MAX_SAFE_INTEGER <= x <= MAX_SAFE_INTEGER)
-            ):
-                out[k] = x
-            else:
-                out[k] = _jsonable(x)
-        return out
-    if t is list:
-        return [_jsonable(x) for x in v]
-    if t is str or t is bool or v is None:
-        return v
-    if t is int:
-        if -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:
-            return v
-        raise _Slow
-    if t is float:
-        if v.is_integer():
-            if -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:
-                return int(v)
-        elif 1e-4 <= abs(v) < 1e16:
-            return v
-    raise _Slow
-
-
-def fast_canonical_bytes(value: Any) -> bytes:
-    """The same bytes as `canonical_bytes`, several times faster on plain JSON documents.
-
-    Values outside the proven-equal domain (see `_jsonable`) go through `canonical_bytes`, which
-    also raises its usual errors for values that have no canonical form.
-    """
-    try:
-        return JSON_ENCODER.encode(_jsonable(value)).encode("utf-8")
-    except (_Slow, UnicodeEncodeError):
-        return canonical_bytes(value)
-
-
-def fast_digest(value: Any) -> str:
-    return "sha256:" + hashlib.sha256(fast_canonical_bytes(value)).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -111,6 +38,7 @@ class Entry:
     at_ns: str
     record: Record
     line_digest: str
+    leaf: str  # the record's evidence-root leaf (see `line_leaf`)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -122,15 +50,38 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _parse_line(line: bytes, where: str) -> tuple[int, str | None, str, dict[str, Any]]:
+    # Plain parsing is strict enough here: the line must equal the canonical re-encoding of what
+    # was parsed, which a duplicate key, a NaN or any non-canonical spelling cannot.
     try:
-        env = parse_json(line)
+        env = json.loads(line)
     except ValueError as exc:
         raise EvidenceError(f"{where}: not a JSON record ({exc})") from exc
     if not isinstance(env, dict) or set(env) != {"seq", "prev", "at_ns", "record"}:
         raise EvidenceError(f"{where}: not a journal envelope")
-    if fast_canonical_bytes(env) != line:
+    try:
+        canonical = fast_canonical_bytes(env)
+    except ValueError as exc:
+        raise EvidenceError(f"{where}: not a canonical record ({exc})") from exc
+    if canonical != line:
         raise EvidenceError(f"{where}: line is not in canonical form (edited?)")
     return env["seq"], env["prev"], env["at_ns"], env["record"]
+
+
+def line_leaf(line: bytes) -> str:
+    """The evidence-root leaf of a canonical journal line: SHA-256 of the RFC 8785 bytes of
+    `{"at_ns": ..., "record": ...}` (its position, seq and prev, left out on purpose).
+
+    Canonical members are written in key order (at_ns, prev, record, seq) and a member's bytes do
+    not depend on its siblings, so those bytes are the line without its prev and seq members: cut
+    out, not re-encoded. Only for lines already checked to be canonical envelopes.
+    """
+    cut = line.index(b',"prev":')  # at_ns is a digit string: the first match is its end
+    rec = line.index(b',"record":', cut)  # prev is null or a digest: no match inside it
+    end = line.rindex(b',"seq":')  # seq is the last member
+    h = hashlib.sha256(line[:cut])
+    h.update(line[rec:end])
+    h.update(b"}")
+    return "sha256:" + h.hexdigest()
 
 
 def read_journal(path: Path) -> Iterator[Entry]:
@@ -152,7 +103,7 @@ def read_journal(path: Path) -> Iterator[Entry]:
             except ValueError as exc:
                 raise EvidenceError(f"{where}: invalid record: {exc}") from exc
             prev = sha256_digest(line)
-            yield Entry(seq, p, at_ns, record, prev)
+            yield Entry(seq, p, at_ns, record, prev, line_leaf(line))
 
 
 class Journal:

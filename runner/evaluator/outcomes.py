@@ -39,34 +39,41 @@ SUBJECT_OUTCOMES = frozenset(
 )
 
 
+# Both models declare their fields in RFC 8785 member order (sorted keys), so pydantic's own
+# compact JSON is their canonical line (eligibility.terminal_line; a test holds this).
+
+
 class AttemptVerdict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     attempt: int
-    status: Status
     reasons: list[str]  # sorted reason codes behind the status
+    status: Status
 
 
 class TerminalRecord(BaseModel):
-    """A cell's final status; `status` is None only for a registered cell with no attempt."""
+    """A cell's final status; `status` is None only for a registered cell with no attempt.
+
+    `completed` .. `wall_ns` are facts for scoring from the terminal attempt (None when there is
+    none).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    cell_id: str
-    slot_id: str
-    subject_id: str
-    stratum: str
-    kind: FaultKind
-    status: Status | None
     attempts: list[AttemptVerdict]
-    reasons: list[str]
-    # Facts for scoring, from the terminal attempt (None when there is none):
+    cell_id: str
+    committed_effects: int | None = None
     completed: bool | None = None
     intended_effects: int | None = None
-    committed_effects: int | None = None
+    kind: FaultKind
+    reasons: list[str]
+    scorer_version: str | None = None
+    slot_id: str
+    status: Status | None
+    stratum: str
+    subject_id: str
     tool_calls: int | None = None
     wall_ns: str | None = None
-    scorer_version: str | None = None
 
 
 @dataclass

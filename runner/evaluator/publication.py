@@ -8,24 +8,73 @@ correctly sealed proof; its validator re-checks that on every construction path.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import statistics
 from collections import defaultdict
-from typing import Any, Literal, Self
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .eligibility import EligibilityProof, SubjectEvaluation, terminal_records_hash
-from .journal import fast_digest
+from .canonical import JSON_ENCODER, MAX_SAFE_INTEGER, fast_canonical_bytes, fast_digest
+from .eligibility import EligibilityProof, SubjectEvaluation, jsonl_hash
 from .matrix import Slot
-from .outcomes import SUBJECT_OUTCOMES, TerminalRecord
+from .outcomes import SUBJECT_OUTCOMES
 from .spec import FaultKind, Status
 
 REPORT_SCHEMA = "afb.report/1"
 SCORECARD_SCHEMA = "afb.scorecard/1"
+CELL_SCORES_FILE = "cell-scores.jsonl"
+CELL_HISTORY_FILE = "cell-history.jsonl"
+
+Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
 
 
 class Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RowsFile(Frozen):
+    """Per-cell rows kept beside the document (one canonical JSON object per line, cell-id
+    order), bound to it by their SHA-256 and line count: at a million cells the rows are the
+    bulk of the bytes, and the document stays small enough to read."""
+
+    file: str
+    lines: int
+    sha256: Digest
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _parse(line: bytes) -> Any:
+    """A terminal line as plain JSON: they are the evaluator's own canonical TerminalRecord JSON
+    (eligibility.terminal_line), so their values are in the domain `_row_bytes` relies on."""
+    return _DECODER.decode(line.decode("utf-8"))
+
+
+def _row_bytes(row: dict[str, Any]) -> bytes:
+    """RFC 8785 bytes of a row built from a terminal line's values.
+
+    Its strings and integers come from canonical lines (valid UTF-8, within +-(2^53-1)), so the
+    C encoder writes them as RFC 8785 does; a float is written directly only when it is
+    non-integral within 1e-4 <= v < 1e16 (see canonical._jsonable). Anything else takes the
+    checked path.
+    """
+    for v in row.values():
+        if type(v) is float and not (1e-4 <= abs(v) < 1e16 and not v.is_integer()):
+            return fast_canonical_bytes(row)
+        if type(v) is int and not -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:
+            return fast_canonical_bytes(row)
+    try:
+        return JSON_ENCODER.encode(row).encode("utf-8")
+    except UnicodeEncodeError:
+        return fast_canonical_bytes(row)
+
+
+def _rows_file(name: str, data: bytes, lines: int) -> RowsFile:
+    return RowsFile(file=name, lines=lines, sha256="sha256:" + hashlib.sha256(data).hexdigest())
 
 
 # ------------------------------------------------------------------------- incomplete evidence
@@ -86,7 +135,10 @@ class IncompleteEvidenceReport(Frozen):
     missing_cell_ids: list[str]
     blocked_strata: list[str]
     not_comparable_strata: list[str]
-    cells: list[CellHistory]
+    cells_not_witnessed: list[CellHistory] = Field(
+        description="the history of every cell whose evidence state is not SUBJECT_OUTCOME_SEALED"
+    )
+    cell_history: RowsFile = Field(description="every registered cell's CellHistory row")
     artifacts: list[str]
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -100,42 +152,54 @@ def _sealed(status: Status | None) -> str:
     return status.value
 
 
-def incomplete_report(ev: SubjectEvaluation, artifacts: list[str]) -> IncompleteEvidenceReport:
+def incomplete_report(
+    ev: SubjectEvaluation, artifacts: list[str]
+) -> tuple[IncompleteEvidenceReport, bytes]:
+    """The report and its cell-history rows (CELL_HISTORY_FILE's bytes), in one pass."""
     p = ev.proof
     if p.decision != "ineligible" or not p.hash_is_valid():
         raise ValueError("an incomplete-evidence report needs a valid ineligible proof")
     counts: dict[str, int] = defaultdict(int)
     strata: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    cells = []
-    for t in ev.terminal_records:
-        state = _sealed(t.status)
+    rows: list[bytes] = []
+    not_witnessed: list[CellHistory] = []
+    missing: list[str] = []
+    for line in ev.terminal_lines():
+        t = _parse(line)
+        state = _sealed(None if t["status"] is None else Status(t["status"]))
         counts[state] += 1
-        strata[t.stratum][0] += 1
-        strata[t.stratum][1] += state == "SUBJECT_OUTCOME_SEALED"
-        strata[t.stratum][2] += state == "MISSING"
-        cells.append(
-            CellHistory(
-                cell_id=t.cell_id,
-                stratum=t.stratum,
-                kind=t.kind,
-                state=state,
-                attempts=[
-                    AttemptEntry(
-                        attempt=a.attempt,
-                        status=_sealed(a.status),
-                        reasons=[] if _sealed(a.status) == "SUBJECT_OUTCOME_SEALED" else a.reasons,
-                    )
-                    for a in t.attempts
-                ],
-                reasons=t.reasons,
-            )
-        )
+        n = strata[t["stratum"]]
+        n[0] += 1
+        n[1] += state == "SUBJECT_OUTCOME_SEALED"
+        n[2] += state == "MISSING"
+        history = {
+            "cell_id": t["cell_id"],
+            "stratum": t["stratum"],
+            "kind": t["kind"],
+            "state": state,
+            "attempts": [
+                {
+                    "attempt": a["attempt"],
+                    "status": (s := _sealed(Status(a["status"]))),
+                    "reasons": [] if s == "SUBJECT_OUTCOME_SEALED" else a["reasons"],
+                }
+                for a in t["attempts"]
+            ],
+            "reasons": t["reasons"],
+        }
+        rows.append(_row_bytes(history))
+        if state != "SUBJECT_OUTCOME_SEALED":
+            not_witnessed.append(CellHistory.model_validate(history))
+        if state == "MISSING":
+            missing.append(t["cell_id"])
+    data = b"".join(r + b"\n" for r in rows)
+    del rows
     blocked = sorted(
         s
         for s, (reg, wit, _) in strata.items()
         if wit * 100 < p.coverage.floor_percent * reg or s in p.not_comparable_strata
     )
-    return IncompleteEvidenceReport(
+    report = IncompleteEvidenceReport(
         subject_id=p.subject_id,
         subject_config_hash=p.subject_config_hash,
         protocol_id=p.protocol_id,
@@ -154,12 +218,14 @@ def incomplete_report(ev: SubjectEvaluation, artifacts: list[str]) -> Incomplete
             )
             for s, (r, w, m) in sorted(strata.items())
         },
-        missing_cell_ids=sorted(t.cell_id for t in ev.terminal_records if t.status is None),
+        missing_cell_ids=sorted(missing),
         blocked_strata=blocked,
         not_comparable_strata=p.not_comparable_strata,
-        cells=cells,
+        cells_not_witnessed=not_witnessed,
+        cell_history=_rows_file(CELL_HISTORY_FILE, data, p.coverage.registered),
         artifacts=sorted(artifacts),
     )
+    return report, data
 
 
 # --------------------------------------------------------------------------------- scorecard
@@ -228,7 +294,7 @@ class PublishableScorecard(Frozen):
     scorer_version: str
     overall: Measures
     strata: dict[str, Measures]
-    cells: list[CellScore]
+    cell_scores: RowsFile = Field(description="every registered cell's CellScore row")
     derived_from: str | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -254,7 +320,7 @@ class PublishableScorecard(Frozen):
         ):
             if getattr(self, name) != getattr(p, name):
                 raise ValueError(f"{name} differs from the proof's")
-        if len(self.cells) != p.coverage.registered:
+        if self.cell_scores.lines != p.coverage.registered:
             raise ValueError("a scorecard must score every registered cell")
         return self
 
@@ -268,76 +334,124 @@ class PublishableScorecard(Frozen):
         return fast_digest(self.model_dump(mode="json", by_alias=True))
 
 
-def _measures(cells: list[CellScore], faulted: bool) -> Measures:
-    completed = sum(c.status is Status.COMPLETED for c in cells)
-    dup_cells = sum(c.duplicate_effects > 0 for c in cells)
-    overhead = None
-    if faulted:
-        paired = [c for c in cells if c.extra_tool_calls is not None]
-        ratios = [c.wall_time_ratio for c in paired if c.wall_time_ratio is not None]
-        extra = [c.extra_tool_calls for c in paired if c.extra_tool_calls is not None]
-        overhead = RecoveryOverhead(
-            pairs=len(paired),
-            missing_baseline=len(cells) - len(paired),
-            extra_tool_calls_total=sum(extra) if paired else None,
-            extra_tool_calls_mean=ratio(sum(extra), len(paired)),
-            wall_time_ratio_median=round(statistics.median(ratios), 4) if ratios else None,
+@dataclass
+class _Tally:
+    """One group's measures, accumulated a cell at a time."""
+
+    cells: int = 0
+    completed: int = 0
+    duplicate_effects: int = 0
+    cells_with_duplicates: int = 0
+    faulted: int = 0
+    pairs: int = 0
+    extra_tool_calls: int = 0
+    wall_ratios: list[float] = field(default_factory=list)
+
+    def add(
+        self, completed: bool, dup: int, faulted: bool, extra: int | None, wall: float | None
+    ) -> None:
+        self.cells += 1
+        self.completed += completed
+        self.duplicate_effects += dup
+        self.cells_with_duplicates += dup > 0
+        if faulted:
+            self.faulted += 1
+            if extra is not None:  # paired with its baseline
+                self.pairs += 1
+                self.extra_tool_calls += extra
+                if wall is not None:
+                    self.wall_ratios.append(wall)
+
+    def overhead(self) -> RecoveryOverhead:
+        r = self.wall_ratios
+        return RecoveryOverhead(
+            pairs=self.pairs,
+            missing_baseline=self.faulted - self.pairs,
+            extra_tool_calls_total=self.extra_tool_calls if self.pairs else None,
+            extra_tool_calls_mean=ratio(self.extra_tool_calls, self.pairs),
+            wall_time_ratio_median=round(statistics.median(r), 4) if r else None,
         )
-    return Measures(
-        completion=Completion(
-            completed=completed, cells=len(cells), rate=ratio(completed, len(cells))
-        ),
-        duplicate_effects=DuplicateEffects(
-            duplicate_effects=sum(c.duplicate_effects for c in cells),
-            cells_with_duplicates=dup_cells,
-            share_without_duplicates=ratio(len(cells) - dup_cells, len(cells)),
-        ),
-        recovery_overhead=overhead,
-    )
+
+    def measures(self, overhead: RecoveryOverhead | None) -> Measures:
+        return Measures(
+            completion=Completion(
+                completed=self.completed, cells=self.cells, rate=ratio(self.completed, self.cells)
+            ),
+            duplicate_effects=DuplicateEffects(
+                duplicate_effects=self.duplicate_effects,
+                cells_with_duplicates=self.cells_with_duplicates,
+                share_without_duplicates=ratio(self.cells - self.cells_with_duplicates, self.cells),
+            ),
+            recovery_overhead=overhead,
+        )
 
 
-def build_scorecard(ev: SubjectEvaluation, slots: list[Slot]) -> PublishableScorecard:
-    """The only constructor callers should use; the model re-validates the proof anyway."""
+def build_scorecard(ev: SubjectEvaluation, slots: list[Slot]) -> tuple[PublishableScorecard, bytes]:
+    """The only constructor callers should use (the model re-validates the proof anyway).
+
+    Returns the scorecard and its per-cell rows (CELL_SCORES_FILE's bytes). Two streaming passes
+    over the terminal lines: the baselines, then the cells; the state is O(strata) plus the
+    faulted cells' wall-time ratios (for the medians) and the rows' bytes.
+    """
     p = ev.proof
     if p.decision != "eligible" or p.reason_codes or not p.hash_is_valid():
         raise ValueError("a scorecard can only be built from an eligible proof")
-    if terminal_records_hash(ev.terminal_records) != p.terminal_records_hash:
+    if jsonl_hash(ev.terminal_jsonl) != p.terminal_records_hash:
         raise ValueError("terminal records do not match the proof")
     index = {s.slot_id: s for s in slots}
-    baselines: dict[tuple[str, int], TerminalRecord] = {}
-    for t in ev.terminal_records:
-        s = index[t.slot_id]
-        if s.schedule.kind is FaultKind.NONE and t.status is Status.COMPLETED:
-            baselines[(s.task_id, s.seed)] = t
-    cells: list[CellScore] = []
-    by_stratum: dict[str, list[CellScore]] = defaultdict(list)
-    kinds: dict[str, FaultKind] = {}
-    for t in ev.terminal_records:
-        assert t.status is not None
-        s = index[t.slot_id]
-        base = baselines.get((s.task_id, s.seed)) if t.kind is not FaultKind.NONE else None
-        extra = ratio_w = None
-        if base is not None and t.tool_calls is not None and base.tool_calls is not None:
-            extra = t.tool_calls - base.tool_calls
-        if base is not None and t.wall_ns and base.wall_ns and int(base.wall_ns) > 0:
-            ratio_w = round(int(t.wall_ns) / int(base.wall_ns), 4)
-        dup = max(0, (t.committed_effects or 0) - (t.intended_effects or 0))
-        c = CellScore(
-            cell_id=t.cell_id,
-            stratum=t.stratum,
-            status=t.status,
-            duplicate_effects=dup,
-            extra_tool_calls=extra,
-            wall_time_ratio=ratio_w,
+    none = FaultKind.NONE.value
+    baselines: dict[tuple[str, int], tuple[int | None, str | None]] = {}
+    for line in ev.terminal_lines():
+        # Only baseline cells matter here. In a canonical TerminalRecord line these bytes occur
+        # exactly when its kind is "none": a quote inside a string is always escaped, and only
+        # the record itself has a "kind" member.
+        if b'"kind":"none"' not in line:
+            continue
+        t = _parse(line)
+        if t["kind"] == none and t["status"] == "COMPLETED":
+            s = index[t["slot_id"]]
+            baselines[(s.task_id, s.seed)] = (t["tool_calls"], t["wall_ns"])
+    overall = _Tally()
+    by_stratum: dict[str, _Tally] = defaultdict(_Tally)
+    rows: list[bytes] = []
+    scorers: set[str] = set()
+    for line in ev.terminal_lines():
+        t = _parse(line)
+        status = t["status"]
+        if status is None:
+            raise ValueError(f"cell {t['cell_id']} has no terminal status")
+        faulted = t["kind"] != none
+        extra = wall = None
+        if faulted:
+            s = index[t["slot_id"]]
+            base = baselines.get((s.task_id, s.seed))
+            if base is not None:
+                calls, base_calls = t["tool_calls"], base[0]
+                if calls is not None and base_calls is not None:
+                    extra = calls - base_calls
+                wall_ns, base_ns = t["wall_ns"], base[1]
+                if wall_ns and base_ns and int(base_ns) > 0:
+                    wall = round(int(wall_ns) / int(base_ns), 4)
+        dup = max(0, (t["committed_effects"] or 0) - (t["intended_effects"] or 0))
+        rows.append(
+            _row_bytes(
+                {
+                    "cell_id": t["cell_id"],
+                    "stratum": t["stratum"],
+                    "status": status,
+                    "duplicate_effects": dup,
+                    "extra_tool_calls": extra,
+                    "wall_time_ratio": wall,
+                }
+            )
         )
-        cells.append(c)
-        by_stratum[t.stratum].append(c)
-        kinds[t.stratum] = t.kind
-    faulted = [c for c in cells if kinds[c.stratum] is not FaultKind.NONE]
-    overall = _measures(cells, faulted=False).model_copy(
-        update={"recovery_overhead": _measures(faulted, faulted=True).recovery_overhead}
-    )
-    spec_scorer = {t.scorer_version for t in ev.terminal_records if t.scorer_version}
+        done = status == "COMPLETED"
+        overall.add(done, dup, faulted, extra, wall)
+        by_stratum[t["stratum"]].add(done, dup, faulted, extra, wall)
+        if t["scorer_version"]:
+            scorers.add(t["scorer_version"])
+    data = b"".join(r + b"\n" for r in rows)
+    del rows
     return PublishableScorecard(
         subject_id=p.subject_id,
         subject_config_hash=p.subject_config_hash,
@@ -351,11 +465,12 @@ def build_scorecard(ev: SubjectEvaluation, slots: list[Slot]) -> PublishableScor
         execution_environment_hash=p.execution_environment_hash,
         proof_hash=p.proof_hash,
         proof=p,
-        scorer_version=",".join(sorted(spec_scorer)),
-        overall=overall,
+        scorer_version=",".join(sorted(scorers)),
+        overall=overall.measures(overall.overhead()),
         strata={
-            s: _measures(cs, faulted=kinds[s] is not FaultKind.NONE)
-            for s, cs in sorted(by_stratum.items())
+            # Recovery overhead is a measure of faulted cells: none for a baseline stratum.
+            k: m.measures(m.overhead() if m.faulted else None)
+            for k, m in sorted(by_stratum.items())
         },
-        cells=cells,
-    )
+        cell_scores=_rows_file(CELL_SCORES_FILE, data, p.coverage.registered),
+    ), data

@@ -89,6 +89,7 @@ def report_md(r: IncompleteEvidenceReport) -> str:
         "## Cells not witnessed",
         "",
     ]
-    bad = [c for c in r.cells if c.state != "SUBJECT_OUTCOME_SEALED"]
+    bad = r.cells_not_witnessed
     lines += [f"- `{c.cell_id}` {c.stratum}: {c.state}{_why(c)}" for c in bad] or ["- none"]
+    lines += ["", f"Every cell's attempt history: `{r.cell_history.file}`."]
     return "\n".join(lines) + "\n"

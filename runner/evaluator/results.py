@@ -1,7 +1,8 @@
 """Evaluate a run directory from its evidence alone, write its results, and verify them.
 
-RUN_DIR/results/<subject>/ holds proof.json, terminal-records.jsonl and either scorecard.json +
-scorecard.md (eligible) or incomplete-evidence.json + incomplete-evidence.md (not). The results
+RUN_DIR/results/<subject>/ holds proof.json and either terminal-records.jsonl, scorecard.json,
+scorecard.md and cell-scores.jsonl (eligible) or incomplete-evidence.json, incomplete-evidence.md
+and cell-history.jsonl (not). The results
 are derived: `evaluate` replaces them whole, so a stale scorecard never survives an ineligible
 re-evaluation, and `verify` re-derives them byte for byte.
 """
@@ -16,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .canonical import canonical_bytes, parse_json
+from .canonical import canonical_bytes, fast_canonical_bytes, parse_json, sha256_digest
 from .compare import build, comparison_md, gate
 from .eligibility import (
     NO_ENVIRONMENT,
@@ -24,16 +25,18 @@ from .eligibility import (
     LoadedEvidence,
     SubjectEvaluation,
     evaluate_run,
-    terminal_line,
 )
 from .errors import EvidenceError
-from .journal import BLOBS, JOURNALS, EvidenceStore, fast_canonical_bytes
+from .journal import BLOBS, JOURNALS, EvidenceStore
 from .publication import (
+    CELL_HISTORY_FILE,
+    CELL_SCORES_FILE,
     IncompleteEvidenceReport,
     PublishableScorecard,
     build_scorecard,
     incomplete_report,
 )
+from .records import QuarantinedTail
 from .render import report_md, scorecard_md
 from .runfile import PROTOCOL_FILE, RunProtocol, consistency_problems, read_protocol
 
@@ -87,6 +90,17 @@ def _derive(
     env = environment(rp, evidence, store) if environment else NO_ENVIRONMENT
     evaluations = evaluate_run(rp, evidence, evaluator_digest, env)
     artifacts = [f"{JOURNALS}/{p.name}" for p in store.journal_paths()] + [PROTOCOL_FILE]
+    out, files = render_results(rp, evaluations, artifacts, env)
+    return rp, out, files
+
+
+def render_results(
+    rp: RunProtocol,
+    evaluations: dict[str, SubjectEvaluation],
+    artifacts: list[str],
+    env: EnvironmentCheck = NO_ENVIRONMENT,
+) -> tuple[dict[str, SubjectResult], dict[str, bytes]]:
+    """Publication of decided subjects: per-subject results and the files (path -> bytes)."""
     out: dict[str, SubjectResult] = {}
     files: dict[str, bytes] = {}
     for subject, ev in sorted(evaluations.items()):
@@ -95,15 +109,15 @@ def _derive(
         if ev.proof.decision == "eligible":
             # Terminal records of an ineligible subject are not written: they carry its subject
             # outcomes. The proof commits to them by hash; the journals keep the raw evidence.
-            files[base + "terminal-records.jsonl"] = b"".join(
-                terminal_line(t) + b"\n" for t in ev.terminal_records
-            )
-            card = build_scorecard(ev, rp.slots)
+            files[base + "terminal-records.jsonl"] = ev.terminal_jsonl
+            card, cell_scores = build_scorecard(ev, rp.slots)
+            files[base + CELL_SCORES_FILE] = cell_scores
             files[base + "scorecard.json"] = _json(card)
             files[base + "scorecard.md"] = scorecard_md(card).encode()
             out[subject] = SubjectResult(ev, card, None)
         else:
-            rep = incomplete_report(ev, artifacts)
+            rep, history = incomplete_report(ev, artifacts)
+            files[base + CELL_HISTORY_FILE] = history
             files[base + "incomplete-evidence.json"] = _json(rep)
             files[base + "incomplete-evidence.md"] = report_md(rep).encode()
             out[subject] = SubjectResult(ev, None, rep)
@@ -115,7 +129,7 @@ def _derive(
         comparison = build(cards, cards[0].environment_conformance)
         files[f"{RESULTS}/comparison.json"] = _json(comparison)
         files[f"{RESULTS}/comparison.md"] = comparison_md(comparison).encode()
-    return rp, out, files
+    return out, files
 
 
 def write_results(run_dir: Path, files: dict[str, bytes]) -> None:
@@ -170,24 +184,23 @@ def verify(
     for p in sorted(run_dir.iterdir()):
         if p.name not in known and not p.name.startswith("."):
             problems.append(f"{p.name}: unexpected file in the run directory")
-    for torn in sorted((run_dir / JOURNALS).glob("*.torn-*")):
-        if not _torn_recorded(store, torn):
+    torn = sorted((run_dir / JOURNALS).glob("*.torn-*"))
+    recorded = _quarantined(store) if torn else set()
+    for path in torn:
+        if (path.name, sha256_digest(path.read_bytes())) not in recorded:
             problems.append(
-                f"{JOURNALS}/{torn.name}: quarantined bytes not recorded in its journal"
+                f"{JOURNALS}/{path.name}: quarantined bytes not recorded in its journal"
             )
     return problems
 
 
-def _torn_recorded(store: EvidenceStore, torn: Path) -> bool:
-    from .canonical import sha256_digest
-    from .records import QuarantinedTail
-
-    data = sha256_digest(torn.read_bytes())
-    for _, entry in store.entries():
-        r = entry.record
-        if isinstance(r, QuarantinedTail) and r.file == torn.name and r.sha256 == data:
-            return True
-    return False
+def _quarantined(store: EvidenceStore) -> set[tuple[str, str]]:
+    """(file, sha256) of every quarantined tail the journals record, in one pass."""
+    return {
+        (e.record.file, e.record.sha256)
+        for _, e in store.entries()
+        if isinstance(e.record, QuarantinedTail)
+    }
 
 
 def load_result(path: Path) -> PublishableScorecard | IncompleteEvidenceReport:

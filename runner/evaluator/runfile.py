@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import functools
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .canonical import canonical_bytes, digest, parse_json
+from .canonical import digest, fast_canonical_bytes, fast_digest
 from .errors import EvidenceError
 from .freeze import FreezeRecord
 from .identities import Identities, policy_body
-from .journal import fast_digest
 from .matrix import Slot, matrix_hash, subject_hashes
 from .spec import Spec
 from .witness import WitnessContract, contracts_hash
@@ -53,10 +52,25 @@ def _parse_spec(text: str) -> Spec:
     return Spec.model_validate(tomllib.loads(text))
 
 
+def canonical_pieces(rp: RunProtocol) -> Iterator[bytes]:
+    """protocol.json's RFC 8785 bytes in pieces, one slot at a time: the slots are the bulk of a
+    big matrix's protocol, and neither writing nor checking it needs the whole document as Python
+    objects. The members are in key order (ASCII keys: plain string order is RFC 8785 order)."""
+    head = rp.model_dump(mode="json", by_alias=True, exclude={"slots"})
+    before = fast_canonical_bytes({k: v for k, v in head.items() if k < "slots"})
+    after = fast_canonical_bytes({k: v for k, v in head.items() if k > "slots"})
+    yield (before[:-1] + b"," if len(before) > 2 else b"{") + b'"slots":['
+    for n, slot in enumerate(rp.slots):
+        if n:
+            yield b","
+        yield fast_canonical_bytes(slot.model_dump(mode="json"))
+    yield b"]" + (b"," + after[1:] if len(after) > 2 else b"}")
+
+
 def write_protocol(run_dir: Path, rp: RunProtocol) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / PROTOCOL_FILE
-    data = canonical_bytes(rp.model_dump(mode="json", by_alias=True))
+    data = b"".join(canonical_pieces(rp))
     if path.exists():
         if path.read_bytes() != data:
             raise EvidenceError(f"{path} exists with another protocol; use a new run directory")
@@ -73,11 +87,20 @@ def read_protocol(run_dir: Path) -> RunProtocol:
     except OSError as exc:
         raise EvidenceError(f"{path}: missing ({exc.strerror})") from exc
     try:
-        doc: Any = parse_json(raw)
-        rp = RunProtocol.model_validate(doc)
+        rp = RunProtocol.model_validate_json(raw)
     except ValueError as exc:
         raise EvidenceError(f"{path}: not a valid run protocol: {exc}") from exc
-    if canonical_bytes(doc) != raw:
+    # The file must be the canonical bytes of what was parsed, which a duplicate key, a NaN,
+    # a coerced value or any non-canonical spelling cannot be. Compared piece by piece.
+    pos = 0
+    try:
+        for piece in canonical_pieces(rp):
+            if not raw.startswith(piece, pos):
+                raise EvidenceError(f"{path}: not in canonical form (edited?)")
+            pos += len(piece)
+    except ValueError as exc:
+        raise EvidenceError(f"{path}: not a valid run protocol: {exc}") from exc
+    if pos != len(raw):
         raise EvidenceError(f"{path}: not in canonical form (edited?)")
     return rp
 

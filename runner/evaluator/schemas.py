@@ -13,7 +13,7 @@ from .freeze import FreezeRecord
 from .identities import Identities
 from .matrix import Cell, Slot
 from .outcomes import TerminalRecord
-from .publication import IncompleteEvidenceReport, PublishableScorecard
+from .publication import CellHistory, CellScore, IncompleteEvidenceReport, PublishableScorecard
 from .records import Record
 from .registry import RegistryEntry
 from .runfile import RunProtocol
@@ -39,6 +39,8 @@ MODELS: dict[str, type[BaseModel]] = {
     "eligibility-proof": EligibilityProof,
     "incomplete-evidence-report": IncompleteEvidenceReport,
     "publishable-scorecard": PublishableScorecard,
+    "cell-score": CellScore,  # one line of a scorecard's cell-scores.jsonl
+    "cell-history": CellHistory,  # one line of a report's cell-history.jsonl
     "comparison": Comparison,
     "registry-entry": RegistryEntry,
     "spec": Spec,

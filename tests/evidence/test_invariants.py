@@ -4,12 +4,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner.evaluator.eligibility import LoadedEvidence, evaluate_run, evidence_root, leaf
+from runner.evaluator.canonical import CanonicalError, canonical_bytes
+from runner.evaluator.eligibility import (
+    LoadedEvidence,
+    decide_subject,
+    evaluate_run,
+    evidence_root,
+    jsonl_hash,
+    leaf,
+    terminal_line,
+    terminal_records_hash,
+)
 from runner.evaluator.inputs import evaluator_digest
+from runner.evaluator.journal import line_leaf
+from runner.evaluator.outcomes import AttemptVerdict, TerminalRecord
 from runner.evaluator.publication import build_scorecard
+from runner.evaluator.spec import FaultKind, Status
 
 from .synth import Run
 
@@ -87,3 +101,101 @@ def test_evidence_root_is_order_independent(items, rnd) -> None:
     assert evidence_root(leaves) == evidence_root(shuffled)
     if len(set(leaves)) > 1:
         assert evidence_root(leaves[1:]) != evidence_root(leaves)
+
+
+# Keys and strings that look like the envelope's own members, to trip a naive byte search.
+_TRICKY = st.sampled_from(
+    ["seq", "prev", "record", "at_ns", ',"prev":', ',"record":', ',"seq":', '\\",', "é", "\x00"]
+)
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53) + 1, 2**53 - 1)
+    | st.text(max_size=6)
+    | _TRICKY,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(max_size=4) | _TRICKY, inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@SETTINGS
+@given(
+    st.dictionaries(st.text(max_size=4) | _TRICKY, _JSON, max_size=4),
+    st.text(max_size=5) | _TRICKY,
+    st.none() | st.just("sha256:" + "a" * 64),
+    st.integers(1, 10**6),
+)
+def test_leaf_cut_from_the_line_equals_the_re_encoded_leaf(record, at_ns, prev, seq) -> None:
+    # read_journal computes each leaf from the line's bytes instead of re-encoding the record.
+    line = canonical_bytes({"seq": seq, "prev": prev, "at_ns": at_ns, "record": record})
+    assert line_leaf(line) == leaf(at_ns, record)
+
+
+_TEXT = st.text(max_size=8) | st.sampled_from(
+    ["\x7f", "\u2028", "\x1f\x00", "é€😀", '"\\/', "\ud800"]
+)
+_INT = st.none() | st.integers(-(2**60), 2**60)
+_VERDICT = st.builds(
+    AttemptVerdict, attempt=st.integers(-(2**60), 2**60), reasons=st.lists(_TEXT, max_size=3),
+    status=st.sampled_from(Status),
+)  # fmt: skip
+
+
+@SETTINGS
+@given(
+    st.builds(
+        TerminalRecord,
+        attempts=st.lists(_VERDICT, max_size=3),
+        cell_id=_TEXT,
+        committed_effects=_INT,
+        completed=st.none() | st.booleans(),
+        intended_effects=_INT,
+        kind=st.sampled_from(FaultKind),
+        reasons=st.lists(_TEXT, max_size=3),
+        scorer_version=st.none() | _TEXT,
+        slot_id=_TEXT,
+        status=st.none() | st.sampled_from(Status),
+        stratum=_TEXT,
+        subject_id=_TEXT,
+        tool_calls=_INT,
+        wall_ns=st.none() | _TEXT,
+    )
+)
+def test_terminal_line_is_the_canonical_json_of_the_record(record: TerminalRecord) -> None:
+    # terminal_line writes pydantic's own JSON; it must be RFC 8785 bytes, or fail like it.
+    try:
+        expected = canonical_bytes(record.model_dump(mode="json"))
+    except CanonicalError:
+        with pytest.raises(CanonicalError):
+            terminal_line(record)
+        return
+    assert terminal_line(record) == expected
+
+
+def test_terminal_records_hash_is_the_hash_of_the_written_file_in_any_input_order() -> None:
+    _, before = _evaluate(["completed"] * N_CELLS, ["failed"] * N_CELLS)
+    ev = before["a"]
+    records = ev.terminal_records
+    assert [r.cell_id for r in records] == sorted(r.cell_id for r in records)
+    assert ev.terminal_jsonl == b"".join(terminal_line(r) + b"\n" for r in records)
+    assert jsonl_hash(ev.terminal_jsonl) == ev.proof.terminal_records_hash
+    assert terminal_records_hash(list(reversed(records))) == ev.proof.terminal_records_hash
+    assert terminal_records_hash(records[1:]) != ev.proof.terminal_records_hash
+
+
+def test_decide_subject_refuses_records_out_of_order_or_repeated() -> None:
+    r = Run(Path("/nonexistent"), in_memory=True)
+    r.fill("a", lambda i, s: "completed")
+    ev = evaluate_run(
+        r.protocol, LoadedEvidence(list(r.memory or []), "sha256:" + "0" * 64, []), EVAL
+    )
+    records = ev["a"].terminal_records
+    shash = r.protocol.identities.subject_config_hashes["a"]
+    for bad in (list(reversed(records)), [records[0], *records]):
+        with pytest.raises(ValueError, match="cell-id order"):
+            decide_subject(
+                r.protocol, "a", shash, bad, [], "sha256:" + "0" * 64, True, EVAL, None, None
+            )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -13,7 +14,13 @@ from typer.testing import CliRunner
 from runner.cli.main import app
 from runner.evaluator.inputs import evaluator_digest
 from runner.evaluator.matrix import resolve
-from runner.evaluator.publication import PublishableScorecard, build_scorecard
+from runner.evaluator.publication import (
+    CellHistory,
+    CellScore,
+    IncompleteEvidenceReport,
+    PublishableScorecard,
+    build_scorecard,
+)
 from runner.evaluator.records import AttemptEnded
 from runner.evaluator.results import derive, verify, write_results
 from runner.evaluator.schemas import MODELS
@@ -151,7 +158,8 @@ def test_scorecard_cannot_be_built_from_an_ineligible_or_forged_proof(tmp_path: 
     with pytest.raises(ValueError, match="differs"):
         PublishableScorecard.model_validate({**doc, "protocol_hash": "sha256:" + "1" * 64})
     with pytest.raises(ValueError, match="every registered cell"):
-        PublishableScorecard.model_validate({**doc, "cells": doc["cells"][:-1]})
+        short = {**doc["cell_scores"], "lines": doc["cell_scores"]["lines"] - 1}
+        PublishableScorecard.model_validate({**doc, "cell_scores": short})
     with pytest.raises(TypeError):
         PublishableScorecard.model_construct(**doc)
 
@@ -314,12 +322,48 @@ def test_overhead_is_null_without_baseline_never_zero(tmp_path: Path) -> None:
     r = Run(tmp_path / "run", spec_path=spec)
     r.fill("a", lambda i, s: "completed")
     r.fill("b", lambda i, s: "completed")
-    res, _ = _decide(r)
+    res, files = _decide(r)
     card = res["a"].scorecard
     assert card is not None
     o = card.overall.recovery_overhead
     assert o is not None and o.pairs == 0 and o.extra_tool_calls_total is None
-    assert all(c.extra_tool_calls is None and c.wall_time_ratio is None for c in card.cells)
+    rows = [
+        CellScore.model_validate_json(x) for x in files["results/a/cell-scores.jsonl"].splitlines()
+    ]
+    assert len(rows) == card.proof.coverage.registered == 16  # no baseline cells
+    assert all(c.extra_tool_calls is None and c.wall_time_ratio is None for c in rows)
+
+
+def test_row_files_hold_every_cell_and_are_bound_by_hash(tmp_path: Path) -> None:
+    r = _run(tmp_path, b=_noop_on_faulted(3))
+    res, files = _decide(r)
+    card, rep = res["a"].scorecard, res["b"].report
+    assert card is not None and rep is not None
+    for doc, rel, model in (
+        (card.cell_scores, "results/a/cell-scores.jsonl", CellScore),
+        (rep.cell_history, "results/b/cell-history.jsonl", CellHistory),
+    ):
+        data = files[rel]
+        assert doc.file == rel.rsplit("/", 1)[1] and doc.lines == 20
+        assert doc.sha256 == "sha256:" + hashlib.sha256(data).hexdigest()
+        rows = [model.model_validate_json(x) for x in data.splitlines()]
+        assert [x.cell_id for x in rows] == sorted(c for c, _ in r.cells(rel.split("/")[1]))
+    # The report's inline list is exactly the cells whose evidence is not sealed.
+    history = [
+        CellHistory.model_validate_json(x)
+        for x in files["results/b/cell-history.jsonl"].splitlines()
+    ]
+    assert rep.cells_not_witnessed == [c for c in history if c.state != "SUBJECT_OUTCOME_SEALED"]
+    assert len(rep.cells_not_witnessed) == 3
+    # A scorecard whose row file claims another digest still parses (the model cannot see the
+    # file), but verify re-derives the rows and names the file.
+    write_results(r.run_dir, files)
+    rows_path = r.run_dir / "results" / "a" / "cell-scores.jsonl"
+    rows_path.write_bytes(
+        rows_path.read_bytes().replace(b'"duplicate_effects":0', b'"duplicate_effects":1', 1)
+    )
+    assert any("cell-scores.jsonl" in p for p in verify(r.run_dir, EVAL))
+    assert isinstance(rep, IncompleteEvidenceReport)
 
 
 def test_unregistered_cell_blocks(tmp_path: Path) -> None:

@@ -7,12 +7,15 @@ import json
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runner.evaluator.canonical import (
     MAX_SAFE_INTEGER,
     CanonicalError,
     canonical_bytes,
     digest,
+    fast_canonical_bytes,
     is_digest,
     parse_json,
 )
@@ -40,6 +43,7 @@ def test_rfc8785_vector_library(name: str) -> None:
     )
     value = parse_json((RFC8785 / "input" / f"{name}.json").read_bytes())
     assert canonical_bytes(value) == expected
+    assert fast_canonical_bytes(value) == expected  # the fast path every digest goes through
 
 
 @pytest.mark.parametrize("name", RFC_NAMES)
@@ -148,3 +152,46 @@ def test_cli_unreadable_and_malformed_input(tmp_path) -> None:  # type: ignore[n
     result = bench("digest", bad)
     assert result.exit_code == 2 and str(bad) in result.stderr and "not valid JSON" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# --------------------------------------------------------------- fast path == reference encoder
+
+_FLOATS = st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from(
+    [0.0, -0.0, 1e-4, 9.9999e-5, 1e16, 1e15 + 0.5, 2.0**53, -(2.0**53) - 2, 5e-324, 1e21, 0.1]
+)
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-MAX_SAFE_INTEGER, MAX_SAFE_INTEGER)
+    | _FLOATS
+    | st.text()
+    | st.sampled_from(["\u2028", "\x7f", "\x1f", "\ud800", "é€😀", "</script>"])
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_VALUES)
+def test_fast_path_equals_the_reference_encoder(value: object) -> None:
+    # Digests, journal checks and result files all use the fast path; it must be RFC 8785 exactly,
+    # and must fail where the reference fails (lone surrogates, unsafe integers).
+    try:
+        expected = canonical_bytes(value)
+    except CanonicalError:
+        with pytest.raises(CanonicalError):
+            fast_canonical_bytes(value)
+        return
+    assert fast_canonical_bytes(value) == expected
+    assert digest(value) == "sha256:" + hashlib.sha256(expected).hexdigest()
+
+
+@given(st.integers(min_value=MAX_SAFE_INTEGER + 1) | st.integers(max_value=-MAX_SAFE_INTEGER - 1))
+def test_fast_path_rejects_unsafe_integers(n: int) -> None:
+    with pytest.raises(CanonicalError):
+        fast_canonical_bytes({"n": [n]})

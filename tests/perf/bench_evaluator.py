@@ -1,44 +1,48 @@
 """Evaluator benchmark (run on demand; not a test): DESIGN §4-§6 at 1,000,000 cells.
 
-    cd /work/main && uv run python tests/perf/bench_evaluator.py [--cells 1000000]
+    cd /work/main && .venv/bin/python tests/perf/bench_evaluator.py [--cells 1000000]
         [--evidence full|terminal] [--ineligible 1] [--check]
 
 Generates a spec of TASKS tasks x (baseline + 4 fault kinds) x 1 seed x 4 subjects (TASKS =
-cells / 20; 50,000 tasks = 1,000,000 cells), synthesizes one attempt per cell with the records a
-real run writes (started, trigger, lifecycle, actuator receipt, witness observations, tool calls,
-grade, ended: 14 records for a faulted cell, 4 for a baseline one), and measures each stage:
+cells / 20; 50,000 tasks = 1,000,000 cells) and, per cell, one attempt with the records a real
+run writes (started, trigger, lifecycle, actuator receipt, witness observations, tool calls,
+grade, ended: 14 records for a faulted cell, 4 for a baseline one).
 
-- resolve:    load the spec, resolve the matrix, compute the identities, build the RunProtocol;
-- synth:      build the records (not the evaluator's cost; reported for scale);
-- leaves:     one evidence-root leaf per record (RFC 8785 of {at_ns, record}) and the root;
-- terminals:  group the attempts and compute every cell's TerminalRecord;
-- proof:      `_decide` per subject (coverage, reasons, terminal_records_hash, sealed proof);
-- publish:    scorecard (eligible subjects) or incomplete-evidence report (the others);
-- serialize:  the derived files (proof.json, terminal-records.jsonl, scorecard/report json+md);
-- derive:     the whole derive-equivalent in one go (evaluate_run + publication + files), which
-              is what `results.derive` does after reading the journals.
+`--evidence terminal` (default above 100,000 cells) measures the issue's target, the evaluation
+of the terminal records (DESIGN §9: terminal records -> eligibility proof -> publication):
+
+- upstream (in this process, per cell, streamed): synthesize the attempt's records, derive the
+  cell's TerminalRecord with the evaluator's `group_attempts` + `terminal_record` (`terminals`),
+  and write its canonical line to an input file. The evidence-root leaves of the journal lines
+  (`journal.line_leaf`) are measured over the first 100,000 cells and scaled (marked `~`).
+- in a fresh child process (so its peak memory is its own), the measured evaluation:
+  `protocol`: read protocol.json (`read_protocol`: parse, canonical-form check) and re-derive its
+  identities (`consistency_problems`); `proof`: per subject, stream the input lines through
+  `TerminalRecord.model_validate_json` into `eligibility.decide_subject` (coverage, strata,
+  reasons, terminal_records_hash, sealed proof); `publish+write`: `results.render_results`
+  (scorecard + cell-scores.jsonl, or incomplete-evidence report + cell-history.jsonl, markdown,
+  comparison) and `results.write_results` (files on disk); `evaluate`: the three together, the
+  issue's figure. `ratio` is a stage's wall time over plain hashlib.sha256 over the input's bytes
+  (the 1,000,000 canonical terminal lines, line by line).
 
 `--evidence full` (default up to 100,000 cells) holds every record in memory, like
-`LoadedEvidence`, and runs the real `evaluate_run`. `--evidence terminal` (default above) streams
-the evidence one cell at a time (records -> grouped attempts -> TerminalRecord, records dropped),
-because 12 records x 1M cells do not fit in the memory target as Python objects; the leaves stage
-is then measured over the first 100,000 cells' records and scaled linearly (marked `~`).
+`LoadedEvidence`, and runs the real `evaluate_run` + `render_results` (what `results.derive` does
+after reading the journals).
 
-The stages run with the cyclic GC paused, as `results.derive` runs them.
-Peak memory is ru_maxrss after each stage (monotone: the process's high-water mark so far).
-`ratio` is the stage's wall time over plain hashlib.sha256 over the same canonical bytes the stage
-hashes (leaves: the leaf documents; others: the terminal records' canonical lines).
-`--check` also re-canonicalizes every hashed document with the reference RFC 8785 encoder and
-asserts the evaluator's bytes are identical.
+The stages run with the cyclic GC paused, as `results.derive` runs them. Peak memory is ru_maxrss
+(the process's high-water mark). `--check` re-canonicalizes every hashed document with the
+reference RFC 8785 encoder in the full mode, and in the terminal mode checks the first 20,000
+input lines the same way.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import hashlib
+import json
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -49,27 +53,20 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from runner.evaluator import eligibility as el  # noqa: E402
-from runner.evaluator import results as results_module  # noqa: E402
-from runner.evaluator.canonical import canonical_bytes  # noqa: E402
+from runner.evaluator.canonical import canonical_bytes, fast_canonical_bytes  # noqa: E402
 from runner.evaluator.eligibility import (  # noqa: E402
     LoadedEvidence,
-    SubjectEvaluation,
-    _decide,
+    _cell_id,
+    decide_subject,
     evaluate_run,
     evidence_root,
-    leaf,
+    terminal_line,
 )
 from runner.evaluator.identities import compute  # noqa: E402
 from runner.evaluator.inputs import project_root  # noqa: E402
+from runner.evaluator.journal import line_leaf  # noqa: E402
 from runner.evaluator.matrix import Slot, resolve  # noqa: E402
-from runner.evaluator.matrix import cell_id as make_cell_id  # noqa: E402
 from runner.evaluator.outcomes import TerminalRecord, group_attempts, terminal_record  # noqa: E402
-from runner.evaluator.publication import (  # noqa: E402
-    PublishableScorecard,
-    build_scorecard,
-    incomplete_report,
-)
 from runner.evaluator.records import (  # noqa: E402
     ActuatorReceipt,
     AttemptEnded,
@@ -80,18 +77,16 @@ from runner.evaluator.records import (  # noqa: E402
     TriggerReached,
     WitnessObservation,
 )
-from runner.evaluator.render import report_md, scorecard_md  # noqa: E402
-from runner.evaluator.runfile import RunProtocol, consistency_problems  # noqa: E402
+from runner.evaluator.results import paused_gc, render_results, write_results  # noqa: E402
+from runner.evaluator.runfile import (  # noqa: E402
+    RunProtocol,
+    consistency_problems,
+    read_protocol,
+    write_protocol,
+)
 from runner.evaluator.spec import FaultKind, load_spec  # noqa: E402
 from runner.evaluator.witness import load_contracts  # noqa: E402
 from tests.evidence.synth import GOOD, NOOP, frozen_record  # noqa: E402
-
-try:  # results.derive also writes a comparison of a run's eligible subjects, where it exists
-    from runner.evaluator.compare import build, comparison_md, gate
-
-    COMPARE: tuple[Any, Any, Any] | None = (build, comparison_md, gate)
-except ImportError:  # pragma: no cover
-    COMPARE = None
 
 EVALUATOR = "sha256:" + "0" * 64
 FAULTS = [
@@ -100,16 +95,8 @@ FAULTS = [
     ("part", "network_partition", "submit_patch", "received"),
     ("restart", "sandbox_restart", "write_file", "response_sent"),
 ]
-# The evaluator's canonical encoder (the reference one before the fast path existed).
-FAST: Callable[[Any], bytes] = getattr(el, "fast_canonical_bytes", canonical_bytes)
-CELL_ID: Callable[[str, str], str] = getattr(el, "_cell_id", make_cell_id)
-LINE: Callable[[TerminalRecord], bytes] = getattr(
-    el, "terminal_line", lambda t: canonical_bytes(t.model_dump(mode="json"))
-)
-PAUSED_GC: Callable[[], contextlib.AbstractContextManager[None]] = getattr(
-    results_module, "paused_gc", contextlib.nullcontext
-)
-LEAF_SAMPLE = 100_000  # cells whose leaves are hashed in terminal mode
+LEAF_SAMPLE = 100_000  # cells whose journal-line leaves are hashed in terminal mode
+AT_NS = "1700000000000000000"
 
 
 def make_spec(tasks: int, subjects: int) -> str:
@@ -212,9 +199,12 @@ class Bench:
         )
 
     def cells(self, rp: RunProtocol) -> Iterator[tuple[str, str, str, Slot, int]]:
+        """Every cell, per subject in cell-id order (the order the evaluator derives them in)."""
+        index = {s.slot_id: i for i, s in enumerate(rp.slots)}
         for subject, shash in sorted(rp.identities.subject_config_hashes.items()):
-            for i, slot in enumerate(rp.slots):
-                yield subject, shash, CELL_ID(slot.slot_id, shash), slot, i
+            rows = sorted((_cell_id(s.slot_id, shash), s) for s in rp.slots)
+            for cid, slot in rows:
+                yield subject, shash, cid, slot, index[slot.slot_id]
 
     def records(self, subject: str, shash: str, cell: str, slot: Slot, i: int) -> list[Entry]:
         # An ineligible subject: every 97th lost_response cell's actuator was a no-op.
@@ -230,30 +220,15 @@ class Bench:
 
 
 def rss_mib() -> float:
+    """Peak RSS of this process image. VmHWM, not ru_maxrss: Linux carries ru_maxrss across
+    exec, so a child started from a big parent would report the parent's peak."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def sha_time(lines: list[bytes]) -> float:
-    t = time.perf_counter()
-    for b in lines:
-        hashlib.sha256(b).digest()
-    return time.perf_counter() - t
-
-
-class Table:
-    def __init__(self, cells: int) -> None:
-        self.cells = cells
-        self.rows: list[tuple[str, float, float, str, bool]] = []
-
-    def add(self, stage: str, wall: float, sha: float | None = None, approx: bool = False) -> None:
-        ratio = f"{wall / sha:,.0f}x" if sha else "-"
-        self.rows.append((stage, wall, rss_mib(), ratio, approx))
-
-    def print(self) -> None:
-        print(f"{'stage':<12} {'cells':>10} {'wall s':>9} {'peak MiB':>9} {'ratio/sha256':>12}")
-        for stage, wall, mib, ratio, approx in self.rows:
-            w = f"{'~' if approx else ''}{wall:.2f}"
-            print(f"{stage:<12} {self.cells:>10,} {w:>9} {mib:>9.0f} {ratio:>12}")
 
 
 def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
@@ -262,76 +237,36 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     return out, time.perf_counter() - t
 
 
-def _json(model: Any) -> bytes:
-    return FAST(model.model_dump(mode="json", by_alias=True)) + b"\n"
+class Table:
+    def __init__(self, cells: int) -> None:
+        self.cells = cells
+        self.rows: list[tuple[str, float, float, str, bool]] = []
+
+    def add(
+        self, stage: str, wall: float, mib: float, sha: float | None = None, approx: bool = False
+    ) -> None:
+        ratio = f"{wall / sha:,.0f}x" if sha else "-"
+        self.rows.append((stage, wall, mib, ratio, approx))
+
+    def print(self) -> None:
+        print(f"{'stage':<14} {'cells':>10} {'wall s':>9} {'peak MiB':>9} {'ratio/sha256':>12}")
+        for stage, wall, mib, ratio, approx in self.rows:
+            w = f"{'~' if approx else ''}{wall:.2f}"
+            print(f"{stage:<14} {self.cells:>10,} {w:>9} {mib:>9.0f} {ratio:>12}")
 
 
-def publish(rp: RunProtocol, evaluations: dict[str, SubjectEvaluation]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for subject, ev in sorted(evaluations.items()):
-        if ev.proof.decision == "eligible":
-            out[subject] = build_scorecard(ev, rp.slots)
-        else:
-            out[subject] = incomplete_report(ev, ["journals/x.jsonl", "protocol.json"])
-    return out
+def envelope(seq: int, record: Any) -> bytes:
+    """A journal line as the journal writes it (prev is a position: a fixed digest will do)."""
+    body = record.model_dump(mode="json")
+    prev = None if seq == 1 else "sha256:" + "ab" * 32
+    return fast_canonical_bytes({"seq": seq, "prev": prev, "at_ns": AT_NS, "record": body})
 
 
-def serialize(evaluations: dict[str, SubjectEvaluation], results: dict[str, Any]) -> int:
-    """The files `results.derive` returns, held like it holds them; returns their total size."""
-    files: dict[str, bytes] = {}
-    for subject, ev in sorted(evaluations.items()):
-        base = f"results/{subject}/"
-        files[base + "proof.json"] = _json(ev.proof)
-        r = results[subject]
-        if ev.proof.decision == "eligible":
-            files[base + "terminal-records.jsonl"] = b"".join(
-                LINE(t) + b"\n" for t in ev.terminal_records
-            )
-            files[base + "scorecard.json"] = _json(r)
-            files[base + "scorecard.md"] = scorecard_md(r).encode()
-        else:
-            files[base + "incomplete-evidence.json"] = _json(r)
-            files[base + "incomplete-evidence.md"] = report_md(r).encode()
-    cards = [r for r in results.values() if isinstance(r, PublishableScorecard)]
-    if COMPARE is not None and len(cards) >= 2 and not COMPARE[2](cards):
-        comparison = COMPARE[0](cards, cards[0].environment_conformance)
-        files["results/comparison.json"] = _json(comparison)
-        files["results/comparison.md"] = COMPARE[1](comparison).encode()
-    return sum(len(b) for b in files.values())
+def run_reasons(rp: RunProtocol) -> list[str]:
+    return ["protocol_inconsistent"] if consistency_problems(rp) else []
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--cells", type=int, default=1_000_000)
-    ap.add_argument("--evidence", choices=["full", "terminal"], default=None)
-    ap.add_argument("--ineligible", type=int, default=1, help="subjects with a no-op actuator")
-    ap.add_argument("--check", action="store_true", help="compare bytes with the RFC 8785 ref")
-    args = ap.parse_args()
-    mode = args.evidence or ("full" if args.cells <= 100_000 else "terminal")
-
-    with tempfile.TemporaryDirectory() as tmp:
-        b = Bench(args.cells, args.ineligible, Path(tmp))
-        rp, t_resolve = timed(b.resolve)
-    n_cells = len(rp.slots) * len(rp.identities.subject_config_hashes)
-    table = Table(n_cells)
-    table.add("resolve", t_resolve)
-    print(f"{n_cells:,} cells ({b.tasks:,} tasks x 5 x 1 seed x {b.subjects} subjects), "
-          f"evidence mode: {mode}, ineligible subjects: {sorted(b.ineligible)}")  # fmt: skip
-    gc.collect()
-
-    # `results.derive` evaluates with the cyclic GC paused; so do the stages here.
-    with PAUSED_GC():
-        if mode == "full":
-            run_full(b, rp, table, args.check)
-        else:
-            run_terminal(b, rp, table, args.check)
-    table.print()
-
-
-def leaves_of(entries: list[Entry]) -> tuple[list[str], list[bytes]]:
-    docs = [{"at_ns": "1700000000000000000", "record": r.model_dump(mode="json")}
-            for _, _, r in entries]  # fmt: skip
-    return [leaf(d["at_ns"], d["record"]) for d in docs], [FAST(d) for d in docs]
+# ----------------------------------------------------------------------------------- full mode
 
 
 def run_full(b: Bench, rp: RunProtocol, table: Table, check: bool) -> None:
@@ -342,156 +277,187 @@ def run_full(b: Bench, rp: RunProtocol, table: Table, check: bool) -> None:
         return out
 
     entries, t = timed(synth)
-    table.add("synth", t)
-    print(f"{len(entries):,} records")
+    table.add("synth", t, rss_mib())
+    journal_lines = [envelope(n, r) for _, n, r in entries]
+    mib = sum(map(len, journal_lines)) / 2**20
+    print(f"{len(entries):,} records, {mib:,.0f} MiB of journal lines")
 
     def leaves() -> LoadedEvidence:
-        lv = [leaf("1700000000000000000", r.model_dump(mode="json")) for _, _, r in entries]
-        return LoadedEvidence(entries, evidence_root(lv), [])
+        return LoadedEvidence(entries, evidence_root([line_leaf(x) for x in journal_lines]), [])
 
     evidence, t = timed(leaves)
-    lines = [
-        FAST({"at_ns": "1700000000000000000", "record": r.model_dump(mode="json")})
-        for _, _, r in entries
-    ]
+    table.add("leaves+root", t, rss_mib(), sha_over(journal_lines))
     if check:
-        for (_, _, r), line in zip(entries, lines, strict=True):
-            doc = {"at_ns": "1700000000000000000", "record": r.model_dump(mode="json")}
-            assert canonical_bytes(doc) == line
-    table.add("leaves+root", t, sha_time(lines))
-    del lines
+        for line in journal_lines:
+            assert canonical_bytes(json.loads(line)) == line
+    journal_lines.clear()
 
-    grouped, t_group = timed(lambda: group_attempts(evidence.entries))
-
-    def terminals() -> dict[str, list[TerminalRecord]]:
-        spec = rp.spec()
-        contracts = rp.contract_map()
-        out: dict[str, list[TerminalRecord]] = {}
-        for subject, shash in sorted(rp.identities.subject_config_hashes.items()):
-            rows = sorted((make_cell_id(s.slot_id, shash), s) for s in rp.slots)
-            out[subject] = [
-                terminal_record(cid, s.slot_id, subject, s.stratum, s.schedule.kind,
-                                s.schedule.parameters, grouped.get(cid), spec.attempts,
-                                contracts.get(s.schedule.kind.value), spec.scoring.scorer_version)
-                for cid, s in rows
-            ]  # fmt: skip
-        return out
-
-    terms, t = timed(terminals)
-    table.add("terminals", t_group + t)
-    grouped.clear()
-    finish(b, rp, table, terms, evidence, check)
-
-    gc.collect()
-
-    def derive_equiv() -> int:
+    def derive_equiv() -> dict[str, bytes]:
         evaluations = evaluate_run(rp, evidence, EVALUATOR)
-        return serialize(evaluations, publish(rp, evaluations))
+        return render_results(rp, evaluations, ["protocol.json"])[1]
 
-    size, t = timed(derive_equiv)
-    table.add("derive", t + table.rows[2][1])  # + leaves, as derive computes them while reading
+    files, t = timed(derive_equiv)
+    size = sum(len(v) for v in files.values())
+    table.add("evaluate", t, rss_mib())
     print(f"derived files: {size / 2**20:,.1f} MiB")
+    decisions(files)
+    if check:
+        for rel, data in files.items():
+            if rel.endswith(".json"):
+                assert canonical_bytes(json.loads(data)) + b"\n" == data, rel
+            elif rel.endswith(".jsonl"):
+                for line in data.splitlines():
+                    assert canonical_bytes(json.loads(line)) == line, rel
 
 
-def run_terminal(b: Bench, rp: RunProtocol, table: Table, check: bool) -> None:
-    # Leaves over a sample, scaled: the records of all cells do not fit as Python objects.
-    sample: list[Entry] = []
-    for k, c in enumerate(b.cells(rp)):
-        if k >= LEAF_SAMPLE:
-            break
-        sample.extend(b.records(*c))
-    n_records_sample = len(sample)
-    (_, lines), _ = timed(lambda: leaves_of(sample))
-    t0 = time.perf_counter()
-    lv = [leaf("1700000000000000000", r.model_dump(mode="json")) for _, _, r in sample]
-    root = evidence_root(lv)
-    t_leaves = time.perf_counter() - t0
-    t_sha = sha_time(lines)
-    scale = table.cells / min(LEAF_SAMPLE, table.cells)
-    sample.clear()
-    del lines, lv
-    gc.collect()
-    table.add("leaves+root", t_leaves * scale, t_sha * scale, approx=scale != 1)
-    print(f"leaves: {n_records_sample:,} records of {min(LEAF_SAMPLE, table.cells):,} cells, "
-          f"x{scale:.0f}")  # fmt: skip
+def sha_over(lines: list[bytes]) -> float:
+    t = time.perf_counter()
+    for x in lines:
+        hashlib.sha256(x).digest()
+    return time.perf_counter() - t
 
+
+def decisions(files: dict[str, bytes]) -> None:
+    out = {}
+    for rel, data in sorted(files.items()):
+        if rel.endswith("/proof.json"):
+            p = json.loads(data)
+            out[p["subject_id"]] = (p["decision"], p["reason_codes"][:3])
+    print(f"decisions: {out}")
+
+
+# ------------------------------------------------------------------------------- terminal mode
+
+
+def run_terminal(b: Bench, rp: RunProtocol, table: Table, check: bool, tmp: Path) -> None:
     spec = rp.spec()
     contracts = rp.contract_map()
-    t_synth = 0.0
+    run_dir = tmp / "run"
+    write_protocol(run_dir, rp)
+    source = tmp / "terminal-records.jsonl"
+    t_synth = t_terms = t_leaves = 0.0
+    leaves: list[str] = []
+    sample_bytes: list[bytes] = []
+    counts: dict[str, int] = {}
+    with open(source, "wb") as out:
+        for k, (subject, shash, cid, slot, i) in enumerate(b.cells(rp)):
+            t0 = time.perf_counter()
+            recs = b.records(subject, shash, cid, slot, i)
+            t1 = time.perf_counter()
+            tr = terminal_record(
+                cid, slot.slot_id, subject, slot.stratum, slot.schedule.kind,
+                slot.schedule.parameters, group_attempts(recs).get(cid), spec.attempts,
+                contracts.get(slot.schedule.kind.value), spec.scoring.scorer_version,
+            )  # fmt: skip
+            line = terminal_line(tr)
+            t2 = time.perf_counter()
+            t_synth += t1 - t0
+            t_terms += t2 - t1
+            out.write(line + b"\n")
+            counts[subject] = counts.get(subject, 0) + 1
+            if k < LEAF_SAMPLE:
+                env = [envelope(n, r) for _, n, r in recs]
+                t3 = time.perf_counter()
+                leaves.extend(line_leaf(x) for x in env)
+                t_leaves += time.perf_counter() - t3
+                sample_bytes.extend(env)
+    scale = table.cells / min(LEAF_SAMPLE, table.cells)
+    t3 = time.perf_counter()
+    root = evidence_root(leaves)
+    t_leaves += time.perf_counter() - t3
+    table.add("synth", t_synth, rss_mib())
+    table.add("terminals", t_terms, rss_mib())
+    table.add(
+        "leaves+root", t_leaves * scale, rss_mib(), sha_over(sample_bytes) * scale, scale != 1
+    )
+    mib = source.stat().st_size / 2**20
+    print(f"leaves: {len(leaves):,} journal lines of {min(LEAF_SAMPLE, table.cells):,} cells, "
+          f"x{scale:.0f}; input: {mib:,.0f} MiB of terminal lines")  # fmt: skip
+    del leaves, sample_bytes
+    gc.collect()
+    cmd = [sys.executable, __file__, "--child", str(run_dir), str(source), root,
+           json.dumps(counts)] + (["--check"] if check else [])  # fmt: skip
+    child = json.loads(subprocess.run(cmd, check=True, capture_output=True).stdout)
+    for stage, wall, mib, sha in child["rows"]:
+        table.add(stage, wall, mib, sha)
+    print(f"derived files: {child['size'] / 2**20:,.1f} MiB")
+    print(f"decisions: {child['decisions']}")
 
-    per_cell: dict[str, dict[str, tuple[str, Slot]]] = {}
-    for subject, _, cid, slot, _ in b.cells(rp):
-        per_cell.setdefault(subject, {})[cid] = (cid, slot)
 
-    def terminals() -> dict[str, list[TerminalRecord]]:
-        nonlocal t_synth
-        out: dict[str, list[TerminalRecord]] = {}
-        for subject, shash in sorted(rp.identities.subject_config_hashes.items()):
-            rows = []
-            index = {s.slot_id: i for i, s in enumerate(rp.slots)}
-            for cid, (_, s) in sorted(per_cell.pop(subject).items()):
-                t = time.perf_counter()
-                recs = b.records(subject, shash, cid, s, index[s.slot_id])
-                t_synth += time.perf_counter() - t
-                rows.append(terminal_record(
-                    cid, s.slot_id, subject, s.stratum, s.schedule.kind, s.schedule.parameters,
-                    group_attempts(recs).get(cid), spec.attempts,
-                    contracts.get(s.schedule.kind.value), spec.scoring.scorer_version,
-                ))  # fmt: skip
-            out[subject] = rows
-        return out
-
-    terms, t = timed(terminals)
-    table.add("synth", t_synth)
-    table.add("terminals", t - t_synth)
-    evidence = LoadedEvidence([], root, [])
-    finish(b, rp, table, terms, evidence, check)
-    # The derive-equivalent: the stages summed (evaluate_run would group every record at once).
-    total = sum(w for s, w, *_ in table.rows if s not in ("synth",))
-    table.rows.append(("derive", total, rss_mib(), "-", True))
-
-
-def finish(
-    b: Bench,
-    rp: RunProtocol,
-    table: Table,
-    terms: dict[str, list[TerminalRecord]],
-    evidence: LoadedEvidence,
-    check: bool,
-) -> None:
-    def proofs() -> dict[str, SubjectEvaluation]:
-        ids = rp.identities
-        run_reasons: list[str] = ["protocol_inconsistent"] if consistency_problems(rp) else []
-        return {
-            subject: _decide(rp, subject, ids.subject_config_hashes[subject], terms[subject],
-                             run_reasons, evidence, True, EVALUATOR, None, None)
-            for subject in sorted(terms)
-        }  # fmt: skip
-
-    evaluations, t = timed(proofs)
-    lines = [LINE(t) for ts in terms.values() for t in ts]
-    if check:
-        for ts in terms.values():
-            for tr in ts:
-                assert canonical_bytes(tr.model_dump(mode="json")) == FAST(
-                    tr.model_dump(mode="json")
+def child(run_dir: Path, source: Path, root: str, counts: dict[str, int], check: bool) -> None:
+    """The measured evaluation, alone in its process."""
+    rows: list[tuple[str, float, float, float | None]] = []
+    with paused_gc():
+        t0 = time.perf_counter()
+        rp = read_protocol(run_dir)
+        reasons = run_reasons(rp)
+        rows.append(("protocol", time.perf_counter() - t0, rss_mib(), None))
+        t1 = time.perf_counter()
+        evaluations = {}
+        with open(source, "rb") as fh:
+            for subject, shash in sorted(rp.identities.subject_config_hashes.items()):
+                stream = (
+                    TerminalRecord.model_validate_json(fh.readline())
+                    for _ in range(counts[subject])
                 )
-    sha = sha_time(lines)
-    del lines
-    table.add("proof", t, sha)
-    decisions = {s: (e.proof.decision, e.proof.reason_codes[:3]) for s, e in evaluations.items()}
-    print(f"decisions: {decisions}")
-    results, t = timed(lambda: publish(rp, evaluations))
-    table.add("publish", t, sha)
-    size, t = timed(lambda: serialize(evaluations, results))
-    table.add("serialize", t, sha)
+                evaluations[subject] = decide_subject(
+                    rp, subject, shash, stream, reasons, root, True, EVALUATOR, None, None
+                )
+        t2 = time.perf_counter()
+        _, files = render_results(rp, evaluations, ["journals/x.jsonl", "protocol.json"])
+        write_results(run_dir, files)
+        t3 = time.perf_counter()
+        size = sum(len(v) for v in files.values())
+        out_decisions = {
+            s: (e.proof.decision, e.proof.reason_codes[:3]) for s, e in evaluations.items()
+        }
+        del evaluations, files
+    sha = sha_file(source)
     if check:
-        for r in results.values():
-            doc = r.model_dump(mode="json", by_alias=True)
-            assert canonical_bytes(doc) == FAST(doc)
-    print(f"derived files: {size / 2**20:,.1f} MiB; sha256 over the terminal lines: {sha:.2f} s")
-    results.clear()
-    evaluations.clear()
+        with open(source, "rb") as fh:
+            for _, raw in zip(range(20_000), fh, strict=False):
+                assert canonical_bytes(json.loads(raw)) + b"\n" == raw
+    rows.append(("proof", t2 - t1, rss_mib(), sha))
+    rows.append(("publish+write", t3 - t2, rss_mib(), sha))
+    rows.append(("evaluate", t3 - t0, rss_mib(), sha))
+    print(json.dumps({"rows": rows, "size": size, "decisions": out_decisions}))
+
+
+def sha_file(path: Path) -> float:
+    with open(path, "rb") as fh:
+        lines = fh.readlines()
+    return sha_over(lines)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        run_dir, source, root, counts = sys.argv[2:6]
+        child(Path(run_dir), Path(source), root, json.loads(counts), "--check" in sys.argv)
+        return
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cells", type=int, default=1_000_000)
+    ap.add_argument("--evidence", choices=["full", "terminal"], default=None)
+    ap.add_argument("--ineligible", type=int, default=1, help="subjects with a no-op actuator")
+    ap.add_argument("--check", action="store_true", help="compare bytes with the RFC 8785 ref")
+    args = ap.parse_args()
+    mode = args.evidence or ("full" if args.cells <= 100_000 else "terminal")
+
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp_name:
+        tmp = Path(tmp_name)
+        b = Bench(args.cells, args.ineligible, tmp)
+        rp, t_resolve = timed(b.resolve)
+        n_cells = len(rp.slots) * len(rp.identities.subject_config_hashes)
+        table = Table(n_cells)
+        table.add("resolve", t_resolve, rss_mib())
+        print(f"{n_cells:,} cells ({b.tasks:,} tasks x 5 x 1 seed x {b.subjects} subjects), "
+              f"evidence mode: {mode}, ineligible subjects: {sorted(b.ineligible)}")  # fmt: skip
+        gc.collect()
+        with paused_gc():
+            if mode == "full":
+                run_full(b, rp, table, args.check)
+            else:
+                run_terminal(b, rp, table, args.check, tmp)
+    table.print()
 
 
 if __name__ == "__main__":
