@@ -24,7 +24,7 @@ from .records import EnvironmentRecorded
 from .runfile import RunProtocol, consistency_problems
 from .spec import FaultKind, Status
 
-PROOF_SCHEMA = "afb.proof/1"
+PROOF_SCHEMA = "afb.proof/2"
 VALID = frozenset({Status.COMPLETED, Status.FAILED, Status.SUBJECT_PRE_TRIGGER_FAILURE})
 
 
@@ -45,7 +45,7 @@ class Coverage(Frozen):
 
 
 class EligibilityProof(Frozen):
-    schema_version: Literal["afb.proof/1"] = Field(default="afb.proof/1", alias="schema")
+    schema_version: Literal["afb.proof/2"] = Field(default="afb.proof/2", alias="schema")
     subject_id: str
     subject_config_hash: str
     protocol_id: str

@@ -26,9 +26,9 @@ SCHEMA_VERSIONS = {
     "policy": "afb.policy/1",
     "witness": "afb.witness/1",
     "evidence": "afb.evidence/1",
-    "proof": "afb.proof/1",
-    "scorecard": "afb.scorecard/1",
-    "report": "afb.report/1",
+    "proof": "afb.proof/2",
+    "scorecard": "afb.scorecard/2",
+    "report": "afb.report/2",
     "environment": "afb.environment/1",
 }
 

@@ -23,8 +23,8 @@ from .matrix import Slot
 from .outcomes import SUBJECT_OUTCOMES
 from .spec import FaultKind, Status
 
-REPORT_SCHEMA = "afb.report/1"
-SCORECARD_SCHEMA = "afb.scorecard/1"
+REPORT_SCHEMA = "afb.report/2"
+SCORECARD_SCHEMA = "afb.scorecard/2"
 CELL_SCORES_FILE = "cell-scores.jsonl"
 CELL_HISTORY_FILE = "cell-history.jsonl"
 
@@ -113,7 +113,7 @@ class StratumEvidence(Frozen):
 class IncompleteEvidenceReport(Frozen):
     """Evidence only. Counts describe evidence coverage, never subject performance."""
 
-    schema_version: Literal["afb.report/1"] = Field(default="afb.report/1", alias="schema")
+    schema_version: Literal["afb.report/2"] = Field(default="afb.report/2", alias="schema")
     kind: Literal["incomplete_evidence"] = "incomplete_evidence"
     subject_id: str
     subject_config_hash: str
@@ -277,7 +277,7 @@ class CellScore(Frozen):
 
 
 class PublishableScorecard(Frozen):
-    schema_version: Literal["afb.scorecard/1"] = Field(default="afb.scorecard/1", alias="schema")
+    schema_version: Literal["afb.scorecard/2"] = Field(default="afb.scorecard/2", alias="schema")
     kind: Literal["publishable_scorecard"] = "publishable_scorecard"
     subject_id: str
     subject_config_hash: str

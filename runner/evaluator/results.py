@@ -31,6 +31,8 @@ from .journal import BLOBS, JOURNALS, EvidenceStore
 from .publication import (
     CELL_HISTORY_FILE,
     CELL_SCORES_FILE,
+    REPORT_SCHEMA,
+    SCORECARD_SCHEMA,
     IncompleteEvidenceReport,
     PublishableScorecard,
     build_scorecard,
@@ -209,8 +211,17 @@ def load_result(path: Path) -> PublishableScorecard | IncompleteEvidenceReport:
         doc = parse_json(path.read_bytes())
     except (OSError, ValueError) as exc:
         raise EvidenceError(f"{path}: cannot read result: {exc}") from exc
-    if isinstance(doc, dict) and doc.get("kind") == "publishable_scorecard":
+    kinds = {"publishable_scorecard": SCORECARD_SCHEMA, "incomplete_evidence": REPORT_SCHEMA}
+    kind = doc.get("kind") if isinstance(doc, dict) else None
+    if kind not in kinds:
+        raise EvidenceError(f"{path}: neither a scorecard nor an incomplete-evidence report")
+    schema = kinds[kind]
+    if doc.get("schema") != schema:
+        # An older evaluator's result: its shape (and its hashes' rules) are not this one's.
+        raise EvidenceError(
+            f"{path}: schema {doc.get('schema')!r} is not {schema!r}, the one this evaluator "
+            "reads; results of different evaluators cannot be loaded or compared together"
+        )
+    if kind == "publishable_scorecard":
         return PublishableScorecard.model_validate(doc)
-    if isinstance(doc, dict) and doc.get("kind") == "incomplete_evidence":
-        return IncompleteEvidenceReport.model_validate(doc)
-    raise EvidenceError(f"{path}: neither a scorecard nor an incomplete-evidence report")
+    return IncompleteEvidenceReport.model_validate(doc)

@@ -10,11 +10,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from runner.evaluator import freeze as freezing
+from runner.evaluator.canonical import digest, parse_json
 from runner.evaluator.envcheck import environment_hook
 from runner.evaluator.identities import compute
 from runner.evaluator.inputs import evaluator_digest
@@ -64,10 +66,12 @@ def test_current_protocol_has_a_registered_published_bundle() -> None:
 def test_published_bundle_reproduces_or_is_superseded(bundle: Path) -> None:
     rp = read_protocol(bundle)
     state = REGISTRY.state()
-    cards = [load_result(p) for p in sorted((bundle / "results").glob("*/scorecard.json"))]
+    paths = sorted((bundle / "results").glob("*/scorecard.json"))
     if rp.identities.evaluator_digest != evaluator_digest():
-        for card in cards:
-            entry = state.get(card.scorecard_hash())
+        # Made by another evaluator, possibly under an older scorecard schema: identify each card
+        # by the digest of its canonical JSON (what `scorecard_hash` is), without the model.
+        for path in paths:
+            entry = state.get(digest(parse_json(path.read_bytes())))
             assert entry is not None and entry.type in ("superseded", "withdrawn"), (
                 f"{bundle.name} was made by another evaluator and is still published: "
                 "supersede it (bench registry supersede) after publishing its replacement"
@@ -75,5 +79,34 @@ def test_published_bundle_reproduces_or_is_superseded(bundle: Path) -> None:
             if entry.type == "superseded":
                 assert entry.replacement_protocol_hash, "supersession without a replacement"
         return
+    for path in paths:
+        assert load_result(path).scorecard_hash() == digest(parse_json(path.read_bytes()))
     problems = reproduce(bundle, evaluator_digest(), environment_hook)
     assert problems == [], f"{bundle.name} does not reproduce: {problems[:3]}"
+
+
+def test_an_older_evaluators_scorecard_is_named_not_loaded(tmp_path: Path) -> None:
+    # The first published bundle predates afb.scorecard/2 (per-cell rows inline): it stays in the
+    # repository, superseded, and is refused by name wherever a current result is expected.
+    from typer.testing import CliRunner
+
+    from runner.cli.main import app
+    from runner.evaluator.errors import EvidenceError
+
+    old = Path(__file__).resolve().parents[2] / "vectors/published"
+    old = old / "swe-lite-20261130T105323Z-8d5a27/results/blind-retry/scorecard.json"
+    assert parse_json(old.read_bytes())["schema"] == "afb.scorecard/1"
+    with pytest.raises(
+        EvidenceError, match=re.escape("'afb.scorecard/1' is not 'afb.scorecard/2'")
+    ):
+        load_result(old)
+    new = (
+        sorted(
+            b for b in BUNDLES if read_protocol(b).identities.evaluator_digest == evaluator_digest()
+        )[-1]
+        / "results/checkpoint/scorecard.json"
+    )
+    out = tmp_path / "cmp"
+    result = CliRunner().invoke(app, ["compare", str(old), str(new), "--out", str(out)])
+    assert result.exit_code == 4, result.output
+    assert "afb.scorecard/1" in result.output and not out.exists()

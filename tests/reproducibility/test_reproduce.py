@@ -58,7 +58,7 @@ def test_published_result_edited_is_named(tmp_path: Path) -> None:
     bundle = _bundle(tmp_path)
     card = bundle / "results" / "b" / "scorecard.json"
     card.write_bytes(
-        card.read_bytes().replace(b'"duplicate_effects":', b'"duplicate_effects":9', 1)
+        card.read_bytes().replace(b'"cells_with_duplicates":', b'"cells_with_duplicates":9', 1)
     )
     problems = reproduce(bundle, EVAL)
     assert any("scorecard.json: first differing field" in p for p in problems), problems
