@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .canonical import canonical_bytes, fast_canonical_bytes, sha256_digest
+from .canonical import canonical_bytes, fast_canonical_bytes, is_digest, sha256_digest
 from .errors import EvidenceError
 from .records import QuarantinedTail, Record, parse_record
 
@@ -64,6 +64,17 @@ def _parse_line(line: bytes, where: str) -> tuple[int, str | None, str, dict[str
         raise EvidenceError(f"{where}: not a canonical record ({exc})") from exc
     if canonical != line:
         raise EvidenceError(f"{where}: line is not in canonical form (edited?)")
+    # The envelope's own members have exact types: `line_leaf` relies on at_ns being a digit
+    # string (an object there could hide a ',"prev":' and move the cut).
+    seq, prev, at_ns = env["seq"], env["prev"], env["at_ns"]
+    if (
+        type(seq) is not int
+        or not (prev is None or (type(prev) is str and is_digest(prev)))
+        or type(at_ns) is not str
+        or not (0 < len(at_ns) <= 20 and at_ns.isascii() and at_ns.isdigit())
+        or type(env["record"]) is not dict
+    ):
+        raise EvidenceError(f"{where}: not a journal envelope (member of the wrong type)")
     return env["seq"], env["prev"], env["at_ns"], env["record"]
 
 
@@ -102,6 +113,11 @@ def read_journal(path: Path) -> Iterator[Entry]:
                 record = parse_record(body)
             except ValueError as exc:
                 raise EvidenceError(f"{where}: invalid record: {exc}") from exc
+            if record.model_dump(mode="json") != body:
+                # The writer writes exactly model_dump(record): a coerced value or an omitted
+                # default means the line was not written by it, and the evidence-root leaf
+                # (cut from these bytes) would commit to something the evaluator did not read.
+                raise EvidenceError(f"{where}: record not in its written form (edited?)")
             prev = sha256_digest(line)
             yield Entry(seq, p, at_ns, record, prev, line_leaf(line))
 

@@ -143,6 +143,14 @@ class IncompleteEvidenceReport(Frozen):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
+    @model_validator(mode="after")
+    def _rows_file_is_the_history(self) -> IncompleteEvidenceReport:
+        if self.cell_history.file != CELL_HISTORY_FILE:
+            raise ValueError(f"cell_history must name {CELL_HISTORY_FILE}")
+        if self.cell_history.lines != self.registered_cells:
+            raise ValueError("the cell history must hold every registered cell")
+        return self
+
 
 def _sealed(status: Status | None) -> str:
     if status is None:
@@ -159,6 +167,8 @@ def incomplete_report(
     p = ev.proof
     if p.decision != "ineligible" or not p.hash_is_valid():
         raise ValueError("an incomplete-evidence report needs a valid ineligible proof")
+    if jsonl_hash(ev.terminal_jsonl) != p.terminal_records_hash:
+        raise ValueError("terminal records do not match the proof")
     counts: dict[str, int] = defaultdict(int)
     strata: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     rows: list[bytes] = []
@@ -322,6 +332,8 @@ class PublishableScorecard(Frozen):
                 raise ValueError(f"{name} differs from the proof's")
         if self.cell_scores.lines != p.coverage.registered:
             raise ValueError("a scorecard must score every registered cell")
+        if self.cell_scores.file != CELL_SCORES_FILE:
+            raise ValueError(f"cell_scores must name {CELL_SCORES_FILE}")
         return self
 
     @classmethod

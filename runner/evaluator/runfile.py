@@ -63,7 +63,7 @@ def canonical_pieces(rp: RunProtocol) -> Iterator[bytes]:
     for n, slot in enumerate(rp.slots):
         if n:
             yield b","
-        yield fast_canonical_bytes(slot.model_dump(mode="json"))
+        yield fast_canonical_bytes(slot.model_dump(mode="json", by_alias=True))
     yield b"]" + (b"," + after[1:] if len(after) > 2 else b"}")
 
 

@@ -462,3 +462,64 @@ def test_models_registered_for_schemas() -> None:
 
 def test_outcome_names_cover_synth() -> None:
     assert {"completed", "noop", "harness"} <= set(OUTCOMES)
+
+
+def test_overhead_is_a_measure_of_faulted_cells_even_in_mixed_strata(tmp_path: Path) -> None:
+    # With strata by task bucket only, a stratum mixes baseline and faulted cells: each cell is
+    # classified by its own kind (baseline cells are never "missing a baseline").
+    text = SPEC_AB.read_text() + '\n[eligibility]\nstrata = ["task_bucket"]\n'
+    spec = tmp_path / "bybucket.toml"
+    spec.write_text(text)
+    r = Run(tmp_path / "run", spec_path=spec)
+    r.fill("a", lambda i, s: "completed")
+    r.fill("b", lambda i, s: "completed")
+    res, _ = _decide(r)
+    card = res["a"].scorecard
+    assert card is not None
+    faulted = sum(1 for k in KINDS if k is not FaultKind.NONE)
+    o = card.overall.recovery_overhead
+    assert o is not None and o.pairs + o.missing_baseline == faulted == 16
+    assert o.missing_baseline == 0  # every task has its completed baseline
+    for m in card.strata.values():
+        assert m.recovery_overhead is not None  # every bucket holds faulted cells
+        assert m.recovery_overhead.pairs < m.completion.cells  # its baseline cells are not pairs
+    assert sum(m.recovery_overhead.pairs for m in card.strata.values()) == 16  # type: ignore[union-attr]
+
+
+def test_row_file_names_and_counts_are_part_of_the_documents(tmp_path: Path) -> None:
+    r = _run(tmp_path, b=_noop_on_faulted(2))
+    res, _ = _decide(r)
+    card, rep = res["a"].scorecard, res["b"].report
+    assert card is not None and rep is not None
+    doc = card.model_dump(mode="json", by_alias=True)
+    with pytest.raises(ValueError, match="cell_scores must name"):
+        PublishableScorecard.model_validate(
+            {**doc, "cell_scores": {**doc["cell_scores"], "file": "../proof.json"}}
+        )
+    rdoc = rep.model_dump(mode="json", by_alias=True)
+    with pytest.raises(ValueError, match="cell_history must name"):
+        IncompleteEvidenceReport.model_validate(
+            {**rdoc, "cell_history": {**rdoc["cell_history"], "file": "x.jsonl"}}
+        )
+    with pytest.raises(ValueError, match="every registered cell"):
+        IncompleteEvidenceReport.model_validate(
+            {**rdoc, "cell_history": {**rdoc["cell_history"], "lines": 19}}
+        )
+
+
+def test_publication_refuses_terminal_records_other_than_the_proofs(tmp_path: Path) -> None:
+    import dataclasses
+
+    from runner.evaluator.publication import incomplete_report
+
+    r = _run(tmp_path, b=_noop_on_faulted(2))
+    res, _ = _decide(r)
+    for subject, build in (
+        ("a", lambda ev: build_scorecard(ev, r.slots)),
+        ("b", lambda ev: incomplete_report(ev, [])),
+    ):
+        ev = res[subject].evaluation
+        lines = ev.terminal_jsonl.splitlines(keepends=True)
+        forged = dataclasses.replace(ev, terminal_jsonl=b"".join(lines[:-1]))
+        with pytest.raises(ValueError, match="do not match the proof"):
+            build(forged)

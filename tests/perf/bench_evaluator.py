@@ -32,7 +32,7 @@ after reading the journals).
 The stages run with the cyclic GC paused, as `results.derive` runs them. Peak memory is ru_maxrss
 (the process's high-water mark). `--check` re-canonicalizes every hashed document with the
 reference RFC 8785 encoder in the full mode, and in the terminal mode checks the first 20,000
-input lines the same way.
+lines of the input and of every written row file, and every written JSON document, the same way.
 """
 
 from __future__ import annotations
@@ -413,10 +413,13 @@ def child(run_dir: Path, source: Path, root: str, counts: dict[str, int], check:
         }
         del evaluations, files
     sha = sha_file(source)
-    if check:
-        with open(source, "rb") as fh:
-            for _, raw in zip(range(20_000), fh, strict=False):
-                assert canonical_bytes(json.loads(raw)) + b"\n" == raw
+    if check:  # the input and every written row file: first 20,000 lines of each
+        for path in [source, *sorted((run_dir / "results").rglob("*.jsonl"))]:
+            with open(path, "rb") as fh:
+                for _, raw in zip(range(20_000), fh, strict=False):
+                    assert canonical_bytes(json.loads(raw)) + b"\n" == raw, path
+        for path in sorted((run_dir / "results").rglob("*.json")):
+            assert canonical_bytes(json.loads(path.read_bytes())) + b"\n" == path.read_bytes()
     rows.append(("proof", t2 - t1, rss_mib(), sha))
     rows.append(("publish+write", t3 - t2, rss_mib(), sha))
     rows.append(("evaluate", t3 - t0, rss_mib(), sha))
