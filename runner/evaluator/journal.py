@@ -12,7 +12,6 @@ Layout: RUN_DIR/journals/<name>.jsonl, RUN_DIR/blobs/sha256/<hex>.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import threading
 import time
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pydantic_core
 from pydantic import BaseModel
 
 from .canonical import canonical_bytes, fast_canonical_bytes, is_digest, sha256_digest
@@ -53,7 +53,7 @@ def _parse_line(line: bytes, where: str) -> tuple[int, str | None, str, dict[str
     # Plain parsing is strict enough here: the line must equal the canonical re-encoding of what
     # was parsed, which a duplicate key, a NaN or any non-canonical spelling cannot.
     try:
-        env = json.loads(line)
+        env = pydantic_core.from_json(line)
     except ValueError as exc:
         raise EvidenceError(f"{where}: not a JSON record ({exc})") from exc
     if not isinstance(env, dict) or set(env) != {"seq", "prev", "at_ns", "record"}:

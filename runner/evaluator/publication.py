@@ -9,15 +9,15 @@ correctly sealed proof; its validator re-checks that on every construction path.
 from __future__ import annotations
 
 import hashlib
-import json
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Self
 
+import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .canonical import JSON_ENCODER, MAX_SAFE_INTEGER, fast_canonical_bytes, fast_digest
+from .canonical import MAX_SAFE_INTEGER, fast_canonical_bytes, fast_digest
 from .eligibility import EligibilityProof, SubjectEvaluation, jsonl_hash
 from .matrix import Slot
 from .outcomes import SUBJECT_OUTCOMES
@@ -45,31 +45,35 @@ class RowsFile(Frozen):
     sha256: Digest
 
 
-_DECODER = json.JSONDecoder()
-
-
 def _parse(line: bytes) -> Any:
     """A terminal line as plain JSON: they are the evaluator's own canonical TerminalRecord JSON
     (eligibility.terminal_line), so their values are in the domain `_row_bytes` relies on."""
-    return _DECODER.decode(line.decode("utf-8"))
+    return pydantic_core.from_json(line)
 
 
 def _row_bytes(row: dict[str, Any]) -> bytes:
-    """RFC 8785 bytes of a row built from a terminal line's values.
+    """RFC 8785 bytes of a row built from a terminal line's values, with its members (and those
+    of every object inside it) inserted in sorted key order.
 
-    Its strings and integers come from canonical lines (valid UTF-8, within +-(2^53-1)), so the
-    C encoder writes them as RFC 8785 does; a float is written directly only when it is
-    non-integral within 1e-4 <= v < 1e16 (see canonical._jsonable). Anything else takes the
-    checked path.
+    pydantic's JSON keeps insertion order and writes strings as RFC 8785 does (see
+    eligibility.terminal_line). The row's strings and integers come from canonical lines (valid
+    UTF-8, within +-(2^53-1)); a top-level float is written directly when it is non-integral
+    within 1e-4 <= |v| < 1e16 (the same shortest digits as RFC 8785 there; property-tested),
+    as an integer when integral and safe. Anything else takes the checked path.
     """
-    for v in row.values():
-        if type(v) is float and not (1e-4 <= abs(v) < 1e16 and not v.is_integer()):
-            return fast_canonical_bytes(row)
-        if type(v) is int and not -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:
+    for k, v in row.items():
+        if type(v) is float:
+            if v.is_integer():
+                if not -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:
+                    return fast_canonical_bytes(row)
+                row[k] = int(v)  # RFC 8785 writes an integral number without ".0"
+            elif not 1e-4 <= abs(v) < 1e16:
+                return fast_canonical_bytes(row)
+        elif type(v) is int and not -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:
             return fast_canonical_bytes(row)
     try:
-        return JSON_ENCODER.encode(row).encode("utf-8")
-    except UnicodeEncodeError:
+        return pydantic_core.to_json(row)
+    except ValueError:  # not serializable as given (e.g. a lone surrogate): the checked path
         return fast_canonical_bytes(row)
 
 
@@ -152,6 +156,16 @@ class IncompleteEvidenceReport(Frozen):
         return self
 
 
+_SEALED = "SUBJECT_OUTCOME_SEALED"
+
+
+def _attempt_entry(a: dict[str, Any]) -> dict[str, Any]:
+    """An AttemptEntry row (sorted keys): a sealed outcome keeps no reasons, it says nothing."""
+    state = _sealed(Status(a["status"]))
+    reasons = [] if state == _SEALED else a["reasons"]
+    return {"attempt": a["attempt"], "reasons": reasons, "status": state}
+
+
 def _sealed(status: Status | None) -> str:
     if status is None:
         return "MISSING"
@@ -182,20 +196,13 @@ def incomplete_report(
         n[0] += 1
         n[1] += state == "SUBJECT_OUTCOME_SEALED"
         n[2] += state == "MISSING"
-        history = {
+        history = {  # members in sorted key order (see _row_bytes)
+            "attempts": [_attempt_entry(a) for a in t["attempts"]],
             "cell_id": t["cell_id"],
-            "stratum": t["stratum"],
             "kind": t["kind"],
-            "state": state,
-            "attempts": [
-                {
-                    "attempt": a["attempt"],
-                    "status": (s := _sealed(Status(a["status"]))),
-                    "reasons": [] if s == "SUBJECT_OUTCOME_SEALED" else a["reasons"],
-                }
-                for a in t["attempts"]
-            ],
             "reasons": t["reasons"],
+            "state": state,
+            "stratum": t["stratum"],
         }
         rows.append(_row_bytes(history))
         if state != "SUBJECT_OUTCOME_SEALED":
@@ -447,12 +454,12 @@ def build_scorecard(ev: SubjectEvaluation, slots: list[Slot]) -> tuple[Publishab
         dup = max(0, (t["committed_effects"] or 0) - (t["intended_effects"] or 0))
         rows.append(
             _row_bytes(
-                {
+                {  # members in sorted key order (see _row_bytes)
                     "cell_id": t["cell_id"],
-                    "stratum": t["stratum"],
-                    "status": status,
                     "duplicate_effects": dup,
                     "extra_tool_calls": extra,
+                    "status": status,
+                    "stratum": t["stratum"],
                     "wall_time_ratio": wall,
                 }
             )

@@ -22,7 +22,7 @@ from runner.evaluator.eligibility import (
 from runner.evaluator.inputs import evaluator_digest
 from runner.evaluator.journal import line_leaf
 from runner.evaluator.outcomes import AttemptVerdict, TerminalRecord
-from runner.evaluator.publication import build_scorecard
+from runner.evaluator.publication import _row_bytes, build_scorecard
 from runner.evaluator.spec import FaultKind, Status
 
 from .synth import Run
@@ -199,3 +199,36 @@ def test_decide_subject_refuses_records_out_of_order_or_repeated() -> None:
             decide_subject(
                 r.protocol, "a", shash, bad, [], "sha256:" + "0" * 64, True, EVAL, None, None
             )
+
+
+_ROW_VALUE = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**60), 2**60)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from([0.0, -0.0, 1.0, 1.5, 2.0**53, 2.0**60, 1e16, 1e-4, 9.9999e-5, 1.0e15 + 0.5])
+    | _TEXT
+)
+
+
+_KEY = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_ABC0", min_size=1, max_size=6)  # fixed ASCII
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(_KEY, _ROW_VALUE, min_size=1, max_size=6),
+    st.lists(st.dictionaries(_KEY, _TEXT | st.integers(0, 9), max_size=3), max_size=3),
+)
+def test_row_bytes_are_the_canonical_json_of_the_row(row: dict, nested: list) -> None:  # type: ignore[type-arg]
+    # Rows (cell-scores / cell-history lines) are written through pydantic's JSON with their keys
+    # (fixed ASCII names) inserted in sorted order; the result must be RFC 8785 bytes, or fail
+    # like them.
+    ordered: dict = {"": [{k: d[k] for k in sorted(d)} for d in nested]}  # type: ignore[type-arg]
+    ordered.update((k, row[k]) for k in sorted(row))  # "" sorts first
+    try:
+        expected = canonical_bytes(ordered)
+    except CanonicalError:
+        with pytest.raises(CanonicalError):
+            _row_bytes(dict(ordered))
+        return
+    assert _row_bytes(dict(ordered)) == expected

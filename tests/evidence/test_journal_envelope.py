@@ -89,3 +89,24 @@ def test_a_record_not_in_its_written_form_is_refused(tmp_path: Path, record: dic
     path = _write(tmp_path, [{"seq": 1, "at_ns": "17", "record": record}])
     with pytest.raises(EvidenceError, match="written form"):
         list(read_journal(path))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        pytest.param(b'{"at_ns":"17","prev":null,"record":{},"seq":NaN}', id="nan"),
+        pytest.param(b'{"at_ns":"17","at_ns":"17","prev":null,"record":{},"seq":1}', id="dup-key"),
+        pytest.param(b'{"at_ns":"17","prev":null,"record":{"x":"\xff"},"seq":1}', id="bad-utf8"),
+        pytest.param(b'\xef\xbb\xbf{"at_ns":"17","prev":null,"record":{},"seq":1}', id="bom"),
+        pytest.param(
+            b'{"at_ns":"17","prev":null,"record":{},"seq":9007199254740993}', id="big-int"
+        ),
+        pytest.param(b'{"at_ns":"17", "prev":null,"record":{},"seq":1}', id="space"),
+        pytest.param(b"[1,2]", id="not-object"),
+    ],
+)
+def test_a_line_that_is_not_canonical_json_is_refused(tmp_path: Path, line: bytes) -> None:
+    path = tmp_path / "j.jsonl"
+    path.write_bytes(line + b"\n")
+    with pytest.raises(EvidenceError):
+        list(read_journal(path))
