@@ -39,6 +39,13 @@ def _run(tmp_path: Path, a="completed", b="completed", **kw) -> Run:
     return r
 
 
+def _run_variant(tmp_path: Path, name: str, text: str) -> Run:
+    """Both subjects completed everywhere, under a variant of the A/B spec written as `name`."""
+    spec = tmp_path / name
+    spec.write_text(text)
+    return _run(tmp_path, spec_path=spec)
+
+
 def _decide(r: Run):
     _, res, files = derive(r.run_dir, EVAL)
     return res, files
@@ -317,12 +324,7 @@ def test_scorecard_measures(tmp_path: Path) -> None:
 
 def test_overhead_is_null_without_baseline_never_zero(tmp_path: Path) -> None:
     text = SPEC_AB.read_text().replace("[matrix]\n", "[matrix]\nbaseline = false\n")
-    spec = tmp_path / "nobase.toml"
-    spec.write_text(text)
-    r = Run(tmp_path / "run", spec_path=spec)
-    r.fill("a", lambda i, s: "completed")
-    r.fill("b", lambda i, s: "completed")
-    res, files = _decide(r)
+    res, files = _decide(_run_variant(tmp_path, "nobase.toml", text))
     card = res["a"].scorecard
     assert card is not None
     o = card.overall.recovery_overhead
@@ -468,12 +470,7 @@ def test_overhead_is_a_measure_of_faulted_cells_even_in_mixed_strata(tmp_path: P
     # With strata by task bucket only, a stratum mixes baseline and faulted cells: each cell is
     # classified by its own kind (baseline cells are never "missing a baseline").
     text = SPEC_AB.read_text() + '\n[eligibility]\nstrata = ["task_bucket"]\n'
-    spec = tmp_path / "bybucket.toml"
-    spec.write_text(text)
-    r = Run(tmp_path / "run", spec_path=spec)
-    r.fill("a", lambda i, s: "completed")
-    r.fill("b", lambda i, s: "completed")
-    res, _ = _decide(r)
+    res, _ = _decide(_run_variant(tmp_path, "bybucket.toml", text))
     card = res["a"].scorecard
     assert card is not None
     faulted = sum(1 for k in KINDS if k is not FaultKind.NONE)
