@@ -16,8 +16,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from runner.evaluator.canonical import CanonicalError
-from runner.evaluator.errors import EvidenceError, InputError
+from runner.evaluator.core.canonical import CanonicalError
+from runner.evaluator.core.errors import EvidenceError, InputError
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1

@@ -10,8 +10,10 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
-from runner.evaluator.canonical import parse_json
-from runner.evaluator.environment import (
+from runner.cli.app import EXIT_REFUSED, app, guarded, out
+from runner.evaluator.core.canonical import parse_json
+from runner.evaluator.core.errors import InputError
+from runner.evaluator.environment.conformance import (
     EnvironmentPolicy,
     ExecutionEnvironment,
     check_environments,
@@ -19,10 +21,7 @@ from runner.evaluator.environment import (
     load_environment,
     policy_of,
 )
-from runner.evaluator.errors import InputError
-from runner.evaluator.spec import load_spec
-
-from .app import EXIT_REFUSED, app, guarded, out
+from runner.evaluator.protocol.spec import load_spec
 
 env_app = typer.Typer(
     name="env",

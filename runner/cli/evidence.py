@@ -8,16 +8,15 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from runner.evaluator.canonical import canonical_bytes
-from runner.evaluator.compare import compare as compare_results
-from runner.evaluator.compare import comparison_md
-from runner.evaluator.errors import InputError
-from runner.evaluator.inputs import evaluator_digest
-from runner.evaluator.registry import Registry
-from runner.evaluator.results import SubjectResult, derive, write_results
-from runner.evaluator.results import verify as verify_run
-
-from .app import EXIT_INCOMPLETE, EXIT_REFUSED, app, err, guarded, out
+from runner.cli.app import EXIT_INCOMPLETE, EXIT_REFUSED, app, err, guarded, out
+from runner.evaluator.core.canonical import canonical_bytes
+from runner.evaluator.core.errors import InputError
+from runner.evaluator.core.inputs import evaluator_digest
+from runner.evaluator.publish.compare import compare as compare_results
+from runner.evaluator.publish.compare import comparison_md
+from runner.evaluator.publish.registry import Registry
+from runner.evaluator.publish.results import SubjectResult, derive, write_results
+from runner.evaluator.publish.results import verify as verify_run
 
 RunDir = Annotated[Path, typer.Argument(help="a run directory", file_okay=False)]
 DEFAULT_REGISTRY = Path("registry/registry.jsonl")
@@ -53,7 +52,7 @@ def summary_table(results: dict[str, SubjectResult]) -> Table:
 
 
 def evaluate_and_write(run_dir: Path) -> dict[str, SubjectResult]:
-    from runner.evaluator.envcheck import environment_hook
+    from runner.evaluator.environment.hooks import environment_hook
 
     _, results, files = derive(run_dir, evaluator_digest(), environment_hook)
     write_results(run_dir, files)
@@ -78,7 +77,7 @@ def evaluate(run_dir: RunDir) -> None:
 def verify(run_dir: RunDir) -> None:
     """Recompute every hash, journal chain, blob address and result; name the first mismatch."""
     _need_run_dir(run_dir)
-    from runner.evaluator.envcheck import environment_hook
+    from runner.evaluator.environment.hooks import environment_hook
 
     problems = verify_run(run_dir, evaluator_digest(), environment_hook)
     if problems:
@@ -97,7 +96,7 @@ def compare(
     registry: Annotated[Path, typer.Option(help="refuse retired results")] = DEFAULT_REGISTRY,
 ) -> None:
     """Compare publishable scorecards (gated); refuse with reasons and write nothing otherwise."""
-    from runner.evaluator.envcheck import environment_pair_check
+    from runner.evaluator.environment.hooks import environment_pair_check
 
     reg = Registry(registry)
     comparison, reasons = compare_results(results, environment_pair_check, reg.retired)

@@ -7,9 +7,8 @@ from typing import Annotated
 
 import typer
 
-from runner.evaluator.errors import InputError
-
-from .app import app, guarded, out
+from runner.cli.app import app, guarded, out
+from runner.evaluator.core.errors import InputError
 
 images_app = typer.Typer(help="Sandbox images from declared inputs (images/<name>/).")
 app.add_typer(images_app, name="images")
@@ -28,7 +27,7 @@ def build(
     if_missing: Annotated[bool, typer.Option(help="only build when the tag is missing")] = False,
 ) -> None:
     """Build the image with mmdebstrap (SOURCE_DATE_EPOCH) and load it into Podman."""
-    from runner.runtime import images
+    from runner.imagebuild import builder as images
 
     _check(image_dir)
     built = images.ensure_image(image_dir) if if_missing else images.build_image(image_dir)
@@ -39,7 +38,7 @@ def build(
 @guarded
 def digest(image_dir: ImageDir) -> None:
     """Print the digest of an image's declared inputs (what its tag is derived from)."""
-    from runner.runtime import images
+    from runner.imagebuild import builder as images
 
     _check(image_dir)
     out.print(images.image_input_digest(image_dir))

@@ -11,16 +11,20 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from runner.evaluator import freeze as freezing
-from runner.evaluator.canonical import CanonicalError, canonical_bytes, parse_json, sha256_digest
-from runner.evaluator.errors import InputError
-from runner.evaluator.identities import compute
-from runner.evaluator.inputs import project_root
-from runner.evaluator.matrix import resolve
+from runner.cli.app import app, guarded, out
+from runner.evaluator.core.canonical import (
+    CanonicalError,
+    canonical_bytes,
+    parse_json,
+    sha256_digest,
+)
+from runner.evaluator.core.errors import InputError
+from runner.evaluator.core.inputs import project_root
+from runner.evaluator.protocol import freeze as freezing
+from runner.evaluator.protocol.identities import compute
+from runner.evaluator.protocol.matrix import resolve
+from runner.evaluator.protocol.spec import load_spec
 from runner.evaluator.schemas import write_schemas
-from runner.evaluator.spec import load_spec
-
-from .app import app, guarded, out
 
 SpecArg = Annotated[Path, typer.Argument(help="a spec file (TOML)")]
 

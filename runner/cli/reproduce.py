@@ -7,12 +7,11 @@ from typing import Annotated
 
 import typer
 
-from runner.evaluator.envcheck import environment_hook
-from runner.evaluator.errors import InputError
-from runner.evaluator.inputs import evaluator_digest, project_root
-from runner.evaluator.reproduce import reproduce as reproduce_bundle
-
-from .app import EXIT_INCOMPLETE, EXIT_REFUSED, app, err, guarded, out
+from runner.cli.app import EXIT_INCOMPLETE, EXIT_REFUSED, app, err, guarded, out
+from runner.evaluator.core.errors import InputError
+from runner.evaluator.core.inputs import evaluator_digest, project_root
+from runner.evaluator.environment.hooks import environment_hook
+from runner.evaluator.publish.reproduce import reproduce as reproduce_bundle
 
 
 @app.command()
@@ -41,16 +40,16 @@ def reproduce(
 
 
 def _rerun(bundle: Path, out_root: Path, jobs: int) -> None:
-    from runner.evaluator.canonical import parse_json
-    from runner.evaluator.eligibility import LoadedEvidence, evaluate_run
-    from runner.evaluator.environment import check_environments, load_environment
-    from runner.evaluator.journal import EvidenceStore
-    from runner.evaluator.reproduce import projection
-    from runner.evaluator.runfile import read_protocol
-    from runner.runtime import envcollect, naming
+    from runner.cli.run import run_matrix
+    from runner.evaluator.core.canonical import parse_json
+    from runner.evaluator.environment.conformance import check_environments, load_environment
+    from runner.evaluator.evidence.journal import EvidenceStore
+    from runner.evaluator.protocol.runfile import read_protocol
+    from runner.evaluator.publish.reproduce import projection
+    from runner.evaluator.verdict.eligibility import LoadedEvidence, evaluate_run
+    from runner.runtime import envcollect
     from runner.runtime.executor import MatrixRun
-
-    from .run import run_matrix
+    from runner.runtime.host import naming
 
     rp = read_protocol(bundle)
     spec_path = project_root() / "specs" / rp.spec_name

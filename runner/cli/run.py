@@ -8,11 +8,10 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from runner.evaluator.inputs import project_root
+from runner.cli.app import EXIT_INCOMPLETE, app, err, guarded, out
+from runner.cli.evidence import evaluate_and_write, summary_table
+from runner.evaluator.core.inputs import project_root
 from runner.runtime.executor import MatrixRun
-
-from .app import EXIT_INCOMPLETE, app, err, guarded, out
-from .evidence import evaluate_and_write, summary_table
 
 
 @app.command()
@@ -27,7 +26,7 @@ def run(
     draft: Annotated[bool, typer.Option(help="allow a draft protocol (evidence only)")] = False,
 ) -> None:
     """Run a spec's preregistered matrix and write evidence, then scorecards or reports."""
-    from runner.runtime import naming, sweep
+    from runner.runtime.host import naming, sweep
 
     if resume is not None:
         mrun = MatrixRun.resume(spec, resume)
@@ -50,7 +49,9 @@ def run(
 
 def run_matrix(mrun: MatrixRun, jobs: int) -> Path:
     """Execute every unfinished cell of a prepared run, with a progress display."""
-    from runner.runtime import attempt, envcollect, images
+    from runner.imagebuild import builder as images
+    from runner.runtime import envcollect
+    from runner.runtime.attempt import run as attempt
     from runner.runtime.executor import execute
 
     run_dir, run_id = mrun.run_dir, mrun.rp.run_id

@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from .app import EXIT_INTERNAL, EXIT_OK, app, err, guarded, out
+from runner.cli.app import EXIT_INTERNAL, EXIT_OK, app, err, guarded, out
 
 
 @app.command()

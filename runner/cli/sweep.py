@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from .app import EXIT_INTERNAL, app, guarded, out
+from runner.cli.app import EXIT_INTERNAL, app, guarded, out
 
 
 @app.command()
@@ -21,8 +21,8 @@ def sweep(
     ] = False,
 ) -> None:
     """Remove only resources whose names (or process markers) parse as ours; print each one."""
-    from runner.runtime import naming
-    from runner.runtime.sweep import sweep as do_sweep
+    from runner.runtime.host import naming
+    from runner.runtime.host.sweep import sweep as do_sweep
 
     if run is not None:
         naming.check_run_id(run)

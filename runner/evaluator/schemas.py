@@ -7,18 +7,23 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from .compare import Comparison
-from .eligibility import EligibilityProof
-from .freeze import FreezeRecord
-from .identities import Identities
-from .matrix import Cell, Slot
-from .outcomes import TerminalRecord
-from .publication import CellHistory, CellScore, IncompleteEvidenceReport, PublishableScorecard
-from .records import Record
-from .registry import RegistryEntry
-from .runfile import RunProtocol
-from .spec import Spec
-from .witness import WitnessContract, WitnessVerdict
+from runner.evaluator.evidence.records import Record
+from runner.evaluator.protocol.freeze import FreezeRecord
+from runner.evaluator.protocol.identities import Identities
+from runner.evaluator.protocol.matrix import Cell, Slot
+from runner.evaluator.protocol.runfile import RunProtocol
+from runner.evaluator.protocol.spec import Spec
+from runner.evaluator.protocol.witness import WitnessContract, WitnessVerdict
+from runner.evaluator.publish.compare import Comparison
+from runner.evaluator.publish.publication import (
+    CellHistory,
+    CellScore,
+    IncompleteEvidenceReport,
+    PublishableScorecard,
+)
+from runner.evaluator.publish.registry import RegistryEntry
+from runner.evaluator.verdict.eligibility import EligibilityProof
+from runner.evaluator.verdict.outcomes import TerminalRecord
 
 
 class JournalLine(BaseModel):

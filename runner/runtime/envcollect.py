@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urljoin, urlsplit
 
-from runner.evaluator.environment import (
+from runner.evaluator.environment.conformance import (
     EnvironmentPolicy,
     ExecutionEnvironment,
     FactorObservation,
@@ -45,8 +45,8 @@ from runner.evaluator.environment import (
     normalize,
     policy_of,
 )
-from runner.evaluator.shape import RedirectHop, ResponseSnapshot, ShapeVerdict, read_value
-from runner.evaluator.spec import SourceContract, Spec
+from runner.evaluator.evidence.shape import RedirectHop, ResponseSnapshot, ShapeVerdict, read_value
+from runner.evaluator.protocol.spec import SourceContract, Spec
 
 ALLOWED_COMMANDS = frozenset({"podman", "uname", "nproc", "getconf", "runc", "crun"})
 COMMAND_TIMEOUT_S = 30.0
@@ -157,7 +157,7 @@ def read_file(path: str) -> ResponseSnapshot:
 def read_evaluator(endpoint: str) -> ResponseSnapshot:
     if endpoint != "runner.evaluator.inputs.evaluator_digest":
         return _failed(f"unknown evaluator endpoint {endpoint!r}")
-    from runner.evaluator.inputs import evaluator_digest
+    from runner.evaluator.core.inputs import evaluator_digest
 
     try:
         return _text_snapshot(evaluator_digest())

@@ -22,20 +22,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.evaluator import freeze as freezing
-from runner.evaluator.canonical import canonical_bytes, sha256_digest
-from runner.evaluator.errors import EvidenceError, InputError
-from runner.evaluator.identities import compute
-from runner.evaluator.inputs import project_root
-from runner.evaluator.journal import EvidenceStore, Journal, read_journal
-from runner.evaluator.matrix import Cell, Slot, resolve
-from runner.evaluator.outcomes import SUBJECT_OUTCOMES, attempt_status, group_attempts
-from runner.evaluator.records import EnvironmentRecorded, RunStarted
-from runner.evaluator.runfile import PROTOCOL_FILE, RunProtocol, read_protocol, write_protocol
-from runner.evaluator.spec import Spec, load_spec, spec_base
-from runner.evaluator.witness import load_contracts
-from runner.runtime.attempt_api import AttemptPlan, SubjectCommand, journal_name
-from runner.runtime.grading import SweLiteGrader, subject_task
+from runner.benchmarks.swe_lite.workload import SweLiteGrader, subject_task
+from runner.evaluator.core.canonical import canonical_bytes, sha256_digest
+from runner.evaluator.core.errors import EvidenceError, InputError
+from runner.evaluator.core.inputs import project_root
+from runner.evaluator.evidence.journal import EvidenceStore, Journal, read_journal
+from runner.evaluator.evidence.records import EnvironmentRecorded, RunStarted
+from runner.evaluator.protocol import freeze as freezing
+from runner.evaluator.protocol.identities import compute
+from runner.evaluator.protocol.matrix import Cell, Slot, resolve
+from runner.evaluator.protocol.runfile import (
+    PROTOCOL_FILE,
+    RunProtocol,
+    read_protocol,
+    write_protocol,
+)
+from runner.evaluator.protocol.spec import Spec, load_spec, spec_base
+from runner.evaluator.protocol.witness import load_contracts
+from runner.evaluator.verdict.outcomes import SUBJECT_OUTCOMES, attempt_status, group_attempts
+from runner.runtime.attempt.api import AttemptPlan, SubjectCommand, journal_name
 
 REFERENCE = "reference:"
 SUBJECT_SCRIPT = project_root() / "runner" / "subjects" / "reference.py"
@@ -256,7 +261,7 @@ class MatrixRun:
 
 
 def _cells(rp: RunProtocol, subject_id: str) -> list[Cell]:
-    from runner.evaluator.matrix import cells_for
+    from runner.evaluator.protocol.matrix import cells_for
 
     return list(cells_for(rp.slots, subject_id, rp.identities.subject_config_hashes[subject_id]))
 

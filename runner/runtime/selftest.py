@@ -18,14 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from runner.evaluator.canonical import digest, sha256_digest
-from runner.evaluator.journal import read_journal
-from runner.evaluator.outcomes import attempt_status, group_attempts
-from runner.evaluator.spec import INJECTED_KINDS, FaultKind, Status
-from runner.evaluator.witness import WitnessContract
-from runner.runtime import naming, testimage
-from runner.runtime.attempt import PluginFactory, RunServices, journal_name, run_attempt
-from runner.runtime.attempt_api import AttemptPlan, GradeContext, GradeOutcome, SubjectCommand
+from runner.evaluator.core.canonical import digest, sha256_digest
+from runner.evaluator.evidence.journal import read_journal
+from runner.evaluator.protocol.spec import INJECTED_KINDS, FaultKind, Status
+from runner.evaluator.protocol.witness import WitnessContract
+from runner.evaluator.verdict.outcomes import attempt_status, group_attempts
+from runner.runtime.attempt.api import AttemptPlan, GradeContext, GradeOutcome, SubjectCommand
+from runner.runtime.attempt.run import PluginFactory, RunServices, journal_name, run_attempt
+from runner.runtime.host import naming
+from runner.runtime.sandbox import testimage
 
 SCORER_VERSION = "selftest-1"
 ACTUATORS: tuple[Literal["real", "noop"], ...] = ("real", "noop")

@@ -9,8 +9,7 @@ from typer.testing import CliRunner
 
 import runner.cli.env  # noqa: F401  (registers `bench env`)
 from runner.cli.app import app
-
-from .vectors_gen import SPEC, VECTORS
+from tests.environment.vectors_gen import SPEC, VECTORS
 
 runner_ = CliRunner()
 

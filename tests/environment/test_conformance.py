@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from runner.evaluator import environment
-from runner.evaluator.environment import (
+from runner.evaluator.environment import conformance as environment
+from runner.evaluator.environment.conformance import (
     CONFORMANCE_REASON_CODES,
     ExecutionEnvironment,
     check_environments,
@@ -17,9 +17,8 @@ from runner.evaluator.environment import (
     check_run,
     load_environment,
 )
-
-from . import vectors_gen
-from .vectors_gen import POLICY, VECTORS, render
+from tests.environment import vectors_gen
+from tests.environment.vectors_gen import POLICY, VECTORS, render
 
 CASES = json.loads((VECTORS / "cases.json").read_text(encoding="utf-8"))
 
@@ -147,7 +146,7 @@ def test_stricter_overhead_pair_tolerance() -> None:
 
 
 def test_record_only_factor_never_refuses() -> None:
-    from runner.evaluator.spec import Factor
+    from runner.evaluator.protocol.spec import Factor
 
     factors = [
         Factor.model_validate(
@@ -188,7 +187,7 @@ def test_artifact_round_trips_through_json(tmp_path: Path) -> None:
 
 
 def test_optional_factor_may_be_absent_but_not_drift() -> None:
-    from runner.evaluator.spec import Factor
+    from runner.evaluator.protocol.spec import Factor
 
     factors = [
         Factor.model_validate({**f.model_dump(), "required": False})

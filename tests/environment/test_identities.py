@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner.evaluator.environment import policy_of
-from runner.evaluator.identities import compute
-from runner.evaluator.shape import ResponseSnapshot
-from runner.evaluator.spec import Tolerance, load_spec
+from runner.evaluator.environment.conformance import policy_of
+from runner.evaluator.evidence.shape import ResponseSnapshot
+from runner.evaluator.protocol.identities import compute
+from runner.evaluator.protocol.spec import Tolerance, load_spec
 from runner.runtime.envcollect import observe
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from runner.evaluator.environment import check_run, policy_of
-from runner.evaluator.shape import ResponseSnapshot, ShapeVerdict, check_shape, read_value
-from runner.evaluator.spec import ShapeCheck, SourceContract, load_spec
+from runner.evaluator.environment.conformance import check_run, policy_of
+from runner.evaluator.evidence.shape import ResponseSnapshot, ShapeVerdict, check_shape, read_value
+from runner.evaluator.protocol.spec import ShapeCheck, SourceContract, load_spec
 from runner.runtime.envcollect import observe, read_http, read_source
-
-from .conftest import LyingServer
+from tests.environment.conftest import LyingServer
 
 VECTORS = Path(__file__).resolve().parents[2] / "vectors" / "environment"
 SPEC = load_spec(VECTORS / "spec.toml")

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from runner.evaluator.shape import (
+from runner.evaluator.evidence.shape import (
     SHAPE_REASON_CODES,
     RedirectHop,
     ResponseSnapshot,
@@ -15,7 +15,7 @@ from runner.evaluator.shape import (
     is_missing,
     read_value,
 )
-from runner.evaluator.spec import ShapeCheck, SourceContract
+from runner.evaluator.protocol.spec import ShapeCheck, SourceContract
 
 JSON = "application/json"
 GOOD = b'{"scope": "a", "items": [{"s": "a", "v": 1}], "n": 3}'

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runner.evaluator.environment import (
+from runner.evaluator.environment.conformance import (
     ExecutionEnvironment,
     FactorObservation,
     ShapeRecord,
@@ -19,7 +19,7 @@ from runner.evaluator.environment import (
     normalize,
     policy_of,
 )
-from runner.evaluator.spec import SourceContract, load_spec
+from runner.evaluator.protocol.spec import SourceContract, load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS = ROOT / "vectors" / "environment"

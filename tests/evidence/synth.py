@@ -11,12 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runner.evaluator.freeze import FreezeRecord
-from runner.evaluator.identities import Identities, compute
-from runner.evaluator.inputs import project_root
-from runner.evaluator.journal import EvidenceStore
-from runner.evaluator.matrix import Slot, resolve
-from runner.evaluator.records import (
+from runner.evaluator.core.inputs import project_root
+from runner.evaluator.evidence.journal import EvidenceStore
+from runner.evaluator.evidence.records import (
     ActuatorReceipt,
     AttemptEnded,
     AttemptStarted,
@@ -27,9 +24,12 @@ from runner.evaluator.records import (
     TriggerReached,
     WitnessObservation,
 )
-from runner.evaluator.runfile import RunProtocol, write_protocol
-from runner.evaluator.spec import FaultKind, Spec, load_spec
-from runner.evaluator.witness import load_contracts
+from runner.evaluator.protocol.freeze import FreezeRecord
+from runner.evaluator.protocol.identities import Identities, compute
+from runner.evaluator.protocol.matrix import Slot, resolve
+from runner.evaluator.protocol.runfile import RunProtocol, write_protocol
+from runner.evaluator.protocol.spec import FaultKind, Spec, load_spec
+from runner.evaluator.protocol.witness import load_contracts
 
 HERE = Path(__file__).parent
 SPEC_AB = HERE / "spec_ab.toml"
@@ -157,7 +157,7 @@ class Run:
         return self._tick
 
     def cells(self, subject: str) -> list[tuple[str, Slot]]:
-        from runner.evaluator.matrix import cell_id
+        from runner.evaluator.protocol.matrix import cell_id
 
         h = self.ids.subject_config_hashes[subject]
         return [(cell_id(s.slot_id, h), s) for s in self.slots]

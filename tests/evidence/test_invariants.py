@@ -8,8 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner.evaluator.canonical import CanonicalError, canonical_bytes
-from runner.evaluator.eligibility import (
+from runner.evaluator.core.canonical import CanonicalError, canonical_bytes
+from runner.evaluator.core.inputs import evaluator_digest
+from runner.evaluator.evidence.journal import line_leaf
+from runner.evaluator.protocol.spec import FaultKind, Status
+from runner.evaluator.publish.publication import _row_bytes, build_scorecard
+from runner.evaluator.verdict.eligibility import (
     LoadedEvidence,
     decide_subject,
     evaluate_run,
@@ -19,13 +23,8 @@ from runner.evaluator.eligibility import (
     terminal_line,
     terminal_records_hash,
 )
-from runner.evaluator.inputs import evaluator_digest
-from runner.evaluator.journal import line_leaf
-from runner.evaluator.outcomes import AttemptVerdict, TerminalRecord
-from runner.evaluator.publication import _row_bytes, build_scorecard
-from runner.evaluator.spec import FaultKind, Status
-
-from .synth import Run
+from runner.evaluator.verdict.outcomes import AttemptVerdict, TerminalRecord
+from tests.evidence.synth import Run
 
 EVAL = evaluator_digest()
 N_CELLS = 20

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.evaluator.canonical import canonical_bytes, sha256_digest
-from runner.evaluator.errors import EvidenceError
-from runner.evaluator.journal import line_leaf, read_journal
-from runner.evaluator.records import AttemptEnded, GraderResult
+from runner.evaluator.core.canonical import canonical_bytes, sha256_digest
+from runner.evaluator.core.errors import EvidenceError
+from runner.evaluator.evidence.journal import line_leaf, read_journal
+from runner.evaluator.evidence.records import AttemptEnded, GraderResult
 
 CELL = "sha256:" + "c" * 64
 ENDED = AttemptEnded(

@@ -12,21 +12,20 @@ import pytest
 from typer.testing import CliRunner
 
 from runner.cli.main import app
-from runner.evaluator.inputs import evaluator_digest
-from runner.evaluator.matrix import resolve
-from runner.evaluator.publication import (
+from runner.evaluator.core.inputs import evaluator_digest
+from runner.evaluator.evidence.records import AttemptEnded
+from runner.evaluator.protocol.matrix import resolve
+from runner.evaluator.protocol.spec import FaultKind, load_spec
+from runner.evaluator.publish.publication import (
     CellHistory,
     CellScore,
     IncompleteEvidenceReport,
     PublishableScorecard,
     build_scorecard,
 )
-from runner.evaluator.records import AttemptEnded
-from runner.evaluator.results import derive, verify, write_results
+from runner.evaluator.publish.results import derive, verify, write_results
 from runner.evaluator.schemas import MODELS
-from runner.evaluator.spec import FaultKind, load_spec
-
-from .synth import OUTCOMES, SPEC_AB, Run
+from tests.evidence.synth import OUTCOMES, SPEC_AB, Run
 
 EVAL = evaluator_digest()
 runner = CliRunner()
@@ -131,7 +130,7 @@ def _keys(schema: object) -> set[str]:
 
 
 def test_incomplete_report_schema_has_no_score_like_field() -> None:
-    from runner.evaluator.publication import IncompleteEvidenceReport
+    from runner.evaluator.publish.publication import IncompleteEvidenceReport
 
     keys = _keys(IncompleteEvidenceReport.model_json_schema())
     assert keys, "schema must have properties"
@@ -507,7 +506,7 @@ def test_row_file_names_and_counts_are_part_of_the_documents(tmp_path: Path) -> 
 def test_publication_refuses_terminal_records_other_than_the_proofs(tmp_path: Path) -> None:
     import dataclasses
 
-    from runner.evaluator.publication import incomplete_report
+    from runner.evaluator.publish.publication import incomplete_report
 
     r = _run(tmp_path, b=_noop_on_faulted(2))
     res, _ = _decide(r)

@@ -9,13 +9,12 @@ import pytest
 from typer.testing import CliRunner
 
 from runner.cli.main import app
-from runner.evaluator.compare import compare
-from runner.evaluator.errors import InputError
-from runner.evaluator.inputs import evaluator_digest
-from runner.evaluator.registry import Registry
-from runner.evaluator.results import derive, write_results
-
-from .synth import SPEC_AB, Run
+from runner.evaluator.core.errors import InputError
+from runner.evaluator.core.inputs import evaluator_digest
+from runner.evaluator.publish.compare import compare
+from runner.evaluator.publish.registry import Registry
+from runner.evaluator.publish.results import derive, write_results
+from tests.evidence.synth import SPEC_AB, Run
 
 EVAL = evaluator_digest()
 cli = CliRunner()

@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.evaluator.canonical import canonical_bytes
-from runner.evaluator.errors import EvidenceError
-from runner.evaluator.runfile import PROTOCOL_FILE, canonical_pieces, read_protocol
-
-from .synth import Run
+from runner.evaluator.core.canonical import canonical_bytes
+from runner.evaluator.core.errors import EvidenceError
+from runner.evaluator.protocol.runfile import PROTOCOL_FILE, canonical_pieces, read_protocol
+from tests.evidence.synth import Run
 
 
 @pytest.fixture
@@ -53,7 +52,7 @@ def test_a_non_canonical_protocol_is_refused(run: Run, edit) -> None:  # type: i
 
 
 def test_an_edited_slot_is_refused_by_consistency(run: Run) -> None:
-    from runner.evaluator.runfile import consistency_problems
+    from runner.evaluator.protocol.runfile import consistency_problems
 
     _rewrite(run, lambda b: b.replace(b'"seed":1', b'"seed":2', 1))
     rp = read_protocol(run.run_dir)  # still canonical JSON ...

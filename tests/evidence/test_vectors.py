@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.evaluator.results import derive
-from runner.evaluator.spec import FaultKind
-
-from .synth import Run
+from runner.evaluator.protocol.spec import FaultKind
+from runner.evaluator.publish.results import derive
+from tests.evidence.synth import Run
 
 VECTORS = Path(__file__).resolve().parents[2] / "vectors" / "eligibility"
 FIXED_EVALUATOR = "sha256:" + "0" * 64

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.evaluator.canonical import (
+from runner.evaluator.core.canonical import (
     MAX_SAFE_INTEGER,
     CanonicalError,
     canonical_bytes,
@@ -19,8 +19,7 @@ from runner.evaluator.canonical import (
     is_digest,
     parse_json,
 )
-
-from .helpers import CANONICAL, RFC8785, bench
+from tests.foundation.helpers import CANONICAL, RFC8785, bench
 
 RFC_NAMES = ["arrays", "french", "structures", "unicode", "values", "weird"]
 OWN_NAMES = sorted(p.stem for p in CANONICAL.glob("*.json"))

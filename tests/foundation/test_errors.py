@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.evaluator.errors import InputError
-from runner.evaluator.spec import load_spec
-
-from .helpers import EXAMPLE, bench, copy_example, line_of
+from runner.evaluator.core.errors import InputError
+from runner.evaluator.protocol.spec import load_spec
+from tests.foundation.helpers import EXAMPLE, bench, copy_example, line_of
 
 TEXT = EXAMPLE.read_text("utf-8")
 

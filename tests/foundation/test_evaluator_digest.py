@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.evaluator.errors import InputError
-from runner.evaluator.inputs import evaluator_digest, export_inputs, load_declaration
-from runner.evaluator.nar import nar_sha256
-
-from .helpers import REPO
+from runner.evaluator.core.errors import InputError
+from runner.evaluator.core.inputs import evaluator_digest, export_inputs, load_declaration
+from runner.evaluator.core.nar import nar_sha256
+from tests.foundation.helpers import REPO
 
 NIX_HASH = shutil.which("nix-hash")
 needs_nix = pytest.mark.skipif(NIX_HASH is None, reason="nix-hash not on PATH")
@@ -64,7 +63,7 @@ def test_changing_an_input_changes_the_digest(exported: Path, rel: str) -> None:
 
 def test_exec_bit_and_new_file_change_the_digest(exported: Path) -> None:
     before = evaluator_digest(exported)
-    target = exported / "runner" / "evaluator" / "canonical.py"
+    target = exported / "runner" / "evaluator" / "core" / "canonical.py"
     target.chmod(0o755)
     after_chmod = evaluator_digest(exported)
     assert after_chmod != before

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.evaluator.identities import compute, verify
-from runner.evaluator.matrix import resolve
-from runner.evaluator.spec import load_spec
-
-from .helpers import FIXED_EVALUATOR, IDENTITY, REPO
+from runner.evaluator.protocol.identities import compute, verify
+from runner.evaluator.protocol.matrix import resolve
+from runner.evaluator.protocol.spec import load_spec
+from tests.foundation.helpers import FIXED_EVALUATOR, IDENTITY, REPO
 
 VECTORS = sorted(IDENTITY.glob("*.json"))
 

@@ -14,12 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner.evaluator.identities import Identities, compute
-from runner.evaluator.matrix import resolve
-from runner.evaluator.spec import Spec, load_spec
-from runner.evaluator.witness import load_contracts
-
-from .helpers import FIXED_EVALUATOR, REPO, copy_example, example_raw, toml_dumps
+from runner.evaluator.protocol.identities import Identities, compute
+from runner.evaluator.protocol.matrix import resolve
+from runner.evaluator.protocol.spec import Spec, load_spec
+from runner.evaluator.protocol.witness import load_contracts
+from tests.foundation.helpers import FIXED_EVALUATOR, REPO, copy_example, example_raw, toml_dumps
 
 CONTRACTS = load_contracts(REPO / "witnesses")
 HASHES = (

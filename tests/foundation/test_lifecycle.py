@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.evaluator import freeze as freezing
-from runner.evaluator.canonical import canonical_bytes
-
-from .helpers import bench, copy_example
+from runner.evaluator.core.canonical import canonical_bytes
+from runner.evaluator.protocol import freeze as freezing
+from tests.foundation.helpers import bench, copy_example
 
 PLAN_KEYS = {"protocol_hash", "matrix_hash", "policy_hash", "evaluator_digest", "cells", "status"}
 

@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 from runner.evaluator.schemas import MODELS, write_schemas
-
-from .helpers import REPO, bench
+from tests.foundation.helpers import REPO, bench
 
 
 def test_committed_schemas_do_not_drift() -> None:

@@ -53,21 +53,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from runner.evaluator.canonical import canonical_bytes, fast_canonical_bytes  # noqa: E402
-from runner.evaluator.eligibility import (  # noqa: E402
-    LoadedEvidence,
-    _cell_id,
-    decide_subject,
-    evaluate_run,
-    evidence_root,
-    terminal_line,
-)
-from runner.evaluator.identities import compute  # noqa: E402
-from runner.evaluator.inputs import project_root  # noqa: E402
-from runner.evaluator.journal import line_leaf  # noqa: E402
-from runner.evaluator.matrix import Slot, resolve  # noqa: E402
-from runner.evaluator.outcomes import TerminalRecord, group_attempts, terminal_record  # noqa: E402
-from runner.evaluator.records import (  # noqa: E402
+from runner.evaluator.core.canonical import canonical_bytes, fast_canonical_bytes  # noqa: E402
+from runner.evaluator.core.inputs import project_root  # noqa: E402
+from runner.evaluator.evidence.journal import line_leaf  # noqa: E402
+from runner.evaluator.evidence.records import (  # noqa: E402
     ActuatorReceipt,
     AttemptEnded,
     AttemptStarted,
@@ -77,15 +66,26 @@ from runner.evaluator.records import (  # noqa: E402
     TriggerReached,
     WitnessObservation,
 )
-from runner.evaluator.results import paused_gc, render_results, write_results  # noqa: E402
-from runner.evaluator.runfile import (  # noqa: E402
+from runner.evaluator.protocol.identities import compute  # noqa: E402
+from runner.evaluator.protocol.matrix import Slot, resolve  # noqa: E402
+from runner.evaluator.protocol.runfile import (  # noqa: E402
     RunProtocol,
     consistency_problems,
     read_protocol,
     write_protocol,
 )
-from runner.evaluator.spec import FaultKind, load_spec  # noqa: E402
-from runner.evaluator.witness import load_contracts  # noqa: E402
+from runner.evaluator.protocol.spec import FaultKind, load_spec  # noqa: E402
+from runner.evaluator.protocol.witness import load_contracts  # noqa: E402
+from runner.evaluator.publish.results import paused_gc, render_results, write_results  # noqa: E402
+from runner.evaluator.verdict.eligibility import (  # noqa: E402
+    LoadedEvidence,
+    _cell_id,
+    decide_subject,
+    evaluate_run,
+    evidence_root,
+    terminal_line,
+)
+from runner.evaluator.verdict.outcomes import TerminalRecord, group_attempts, terminal_record  # noqa: E402
 from tests.evidence.synth import GOOD, NOOP, frozen_record  # noqa: E402
 
 EVALUATOR = "sha256:" + "0" * 64

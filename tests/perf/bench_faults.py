@@ -22,13 +22,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_runtime_primitives import summary, timed
 
-from runner.evaluator.journal import read_journal
-from runner.evaluator.records import LifecycleTransition
-from runner.evaluator.spec import INJECTED_KINDS, FaultKind
-from runner.runtime import naming, testimage
-from runner.runtime.attempt import RunServices, journal_name
+from runner.evaluator.evidence.journal import read_journal
+from runner.evaluator.evidence.records import LifecycleTransition
+from runner.evaluator.protocol.spec import INJECTED_KINDS, FaultKind
+from runner.runtime.attempt.run import RunServices, journal_name
+from runner.runtime.host import naming
+from runner.runtime.host.sweep import sweep
+from runner.runtime.sandbox import testimage
 from runner.runtime.selftest import WITNESSED, minimal_subject, run_case
-from runner.runtime.sweep import sweep
 
 
 def _at(entries: list, typ: str, state: str | None = None) -> int:

@@ -26,10 +26,10 @@ import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
-from runner.evaluator.canonical import canonical_bytes, digest
-from runner.evaluator.identities import compute
-from runner.evaluator.matrix import resolve
-from runner.evaluator.spec import load_spec
+from runner.evaluator.core.canonical import canonical_bytes, digest
+from runner.evaluator.protocol.identities import compute
+from runner.evaluator.protocol.matrix import resolve
+from runner.evaluator.protocol.spec import load_spec
 
 FAULTS = [
     ("kill", "sigkill_mid_tool_call", "submit_patch", "effect_done", ""),

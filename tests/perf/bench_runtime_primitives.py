@@ -18,12 +18,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from runner.runtime import naming, testimage
-from runner.runtime.netns import AttemptNetwork
-from runner.runtime.nft import PartitionTable
-from runner.runtime.podman_service import PodmanService
-from runner.runtime.sandbox import PodmanSandbox, SandboxSpec
-from runner.runtime.sweep import sweep
+from runner.runtime.host import naming
+from runner.runtime.host.netns import AttemptNetwork
+from runner.runtime.host.nft import PartitionTable
+from runner.runtime.host.podman_service import PodmanService
+from runner.runtime.host.sweep import sweep
+from runner.runtime.sandbox import testimage
+from runner.runtime.sandbox.podman import PodmanSandbox, SandboxSpec
 
 
 def timed(fn: Callable[[], object]) -> float:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.evaluator.inputs import evaluator_digest, export_inputs, load_declaration
-from runner.evaluator.nar import nar_sha256
+from runner.evaluator.core.inputs import evaluator_digest, export_inputs, load_declaration
+from runner.evaluator.core.nar import nar_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_nix = pytest.mark.skipif(shutil.which("nix-instantiate") is None, reason="nix not installed")
@@ -63,7 +63,7 @@ def test_flake_selection_equals_python_digest(tmp_path: Path) -> None:
     assert "sha256:" + nar == evaluator_digest(copy)
     # And the selection holds exactly the declared files, nothing of the runtime.
     selected = {str(p.relative_to(store_path)) for p in store_path.rglob("*") if p.is_file()}
-    assert "runner/evaluator/spec.py" in selected
+    assert "runner/evaluator/protocol/spec.py" in selected
     assert not any(s.startswith("runner/runtime") or s.startswith("runner/cli") for s in selected)
 
 
@@ -106,7 +106,7 @@ def test_runtime_change_leaves_digest_alone_evaluator_change_moves_it(tmp_path: 
     before = evaluator_digest(root)
     (root / "runner" / "runtime" / "x.py").write_text("print(2)\n")
     assert evaluator_digest(root) == before
-    target = root / "runner" / "evaluator" / "canonical.py"
+    target = root / "runner" / "evaluator" / "core" / "canonical.py"
     target.write_bytes(target.read_bytes() + b"\n")
     assert evaluator_digest(root) != before
     assert "runner/evaluator" in decl.paths

@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from runner.evaluator import freeze as freezing
-from runner.evaluator.canonical import digest, parse_json
-from runner.evaluator.envcheck import environment_hook
-from runner.evaluator.identities import compute
-from runner.evaluator.inputs import evaluator_digest
-from runner.evaluator.registry import Registry
-from runner.evaluator.reproduce import reproduce
-from runner.evaluator.results import load_result
-from runner.evaluator.runfile import read_protocol
-from runner.evaluator.spec import load_spec
+from runner.evaluator.core.canonical import digest, parse_json
+from runner.evaluator.core.inputs import evaluator_digest
+from runner.evaluator.environment.hooks import environment_hook
+from runner.evaluator.protocol import freeze as freezing
+from runner.evaluator.protocol.identities import compute
+from runner.evaluator.protocol.runfile import read_protocol
+from runner.evaluator.protocol.spec import load_spec
+from runner.evaluator.publish.registry import Registry
+from runner.evaluator.publish.reproduce import reproduce
+from runner.evaluator.publish.results import load_result
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = ROOT / "vectors" / "published"
@@ -91,7 +91,7 @@ def test_an_older_evaluators_scorecard_is_named_not_loaded(tmp_path: Path) -> No
     from typer.testing import CliRunner
 
     from runner.cli.main import app
-    from runner.evaluator.errors import EvidenceError
+    from runner.evaluator.core.errors import EvidenceError
 
     old = Path(__file__).resolve().parents[2] / "vectors/published"
     old = old / "swe-lite-20261130T105323Z-8d5a27/results/blind-retry/scorecard.json"

@@ -7,9 +7,9 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from runner.cli.main import app
-from runner.evaluator.inputs import evaluator_digest
-from runner.evaluator.reproduce import first_difference, reproduce
-from runner.evaluator.results import derive, write_results
+from runner.evaluator.core.inputs import evaluator_digest
+from runner.evaluator.publish.reproduce import first_difference, reproduce
+from runner.evaluator.publish.results import derive, write_results
 from tests.evidence.synth import Run
 
 EVAL = evaluator_digest()

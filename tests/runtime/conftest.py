@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.runtime import naming, testimage
-from runner.runtime.podman_service import PodmanService
-from runner.runtime.procs import Reaper
+from runner.runtime.host import naming
+from runner.runtime.host.podman_service import PodmanService
+from runner.runtime.host.procs import Reaper
+from runner.runtime.sandbox import testimage
 
 
 def _runtime_available() -> str | None:

@@ -6,7 +6,8 @@ import tarfile
 
 import pytest
 
-from runner.runtime import naming, testimage
+from runner.runtime.host import naming
+from runner.runtime.sandbox import testimage
 
 
 def test_run_id_shape() -> None:

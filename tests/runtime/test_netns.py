@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import pytest
 
-from runner.runtime import naming
-from runner.runtime.netns import (
+from runner.runtime.host import naming
+from runner.runtime.host.netns import (
     BENCH_NET,
     AttemptNetwork,
     NetnsError,
@@ -18,8 +18,7 @@ from runner.runtime.netns import (
     list_netns,
     subnet_for_index,
 )
-
-from .conftest import tcp_probe
+from tests.runtime.conftest import tcp_probe
 
 pytestmark = pytest.mark.runtime
 

@@ -5,11 +5,10 @@ from collections.abc import Callable
 
 import pytest
 
-from runner.runtime import naming
-from runner.runtime.netns import AttemptNetwork
-from runner.runtime.nft import NftError, PartitionTable, list_tables, run_nft
-
-from .conftest import tcp_probe
+from runner.runtime.host import naming
+from runner.runtime.host.netns import AttemptNetwork
+from runner.runtime.host.nft import NftError, PartitionTable, list_tables, run_nft
+from tests.runtime.conftest import tcp_probe
 
 pytestmark = pytest.mark.runtime
 

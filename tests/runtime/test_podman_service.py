@@ -6,8 +6,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runner.runtime import naming
-from runner.runtime.podman_service import SERVICE_ROLE, PodmanService, check_setup, ping
+from runner.runtime.host import naming
+from runner.runtime.host.podman_service import SERVICE_ROLE, PodmanService, check_setup, ping
 
 pytestmark = pytest.mark.runtime
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runner.runtime import naming
-from runner.runtime.netns import AttemptNetwork
-from runner.runtime.procs import (
+from runner.runtime.host import naming
+from runner.runtime.host.netns import AttemptNetwork
+from runner.runtime.host.procs import (
     ExitStatus,
     ProcError,
     Reaper,

@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from runner.runtime import naming
-from runner.runtime.podman_service import PodmanService
-from runner.runtime.sandbox import (
+from runner.runtime.host import naming
+from runner.runtime.host.podman_service import PodmanService
+from runner.runtime.sandbox.podman import (
     ExecTimeout,
     PodmanSandbox,
     Sandbox,

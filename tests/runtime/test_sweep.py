@@ -12,12 +12,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runner.runtime import naming, nft
-from runner.runtime.netns import AttemptNetwork, host_links, list_netns, remove_netns
-from runner.runtime.podman_service import PodmanService
-from runner.runtime.procs import Reaper, SubjectLauncher
-from runner.runtime.sandbox import PodmanSandbox, SandboxSpec
-from runner.runtime.sweep import sweep
+from runner.runtime.host import naming, nft
+from runner.runtime.host.netns import AttemptNetwork, host_links, list_netns, remove_netns
+from runner.runtime.host.podman_service import PodmanService
+from runner.runtime.host.procs import Reaper, SubjectLauncher
+from runner.runtime.host.sweep import sweep
+from runner.runtime.sandbox.podman import PodmanSandbox, SandboxSpec
 
 pytestmark = pytest.mark.runtime
 

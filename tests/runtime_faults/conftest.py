@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.runtime import naming, testimage
-from runner.runtime.attempt import RunServices
+from runner.runtime.attempt.run import RunServices
+from runner.runtime.host import naming
+from runner.runtime.sandbox import testimage
 
 
 def _missing() -> str | None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from runner.evaluator.spec import FaultKind
-from runner.runtime.attempt import AttemptResources, RunServices
+from runner.evaluator.protocol.spec import FaultKind
+from runner.runtime.attempt.run import AttemptResources, RunServices
 from runner.runtime.faults.base import Directive, FaultContext, FaultPlugin, Injection
 from runner.runtime.faults.network_partition import NetworkPartitionFault
 from runner.runtime.faults.sandbox_restart import SandboxRestartFault

@@ -8,11 +8,11 @@ import subprocess
 
 import pytest
 
-from runner.evaluator.journal import read_journal
-from runner.evaluator.records import AttemptEnded, AttemptStarted, HarnessError
-from runner.evaluator.spec import FaultKind, Status
-from runner.runtime import netns
-from runner.runtime.attempt import RunServices, run_attempt
+from runner.evaluator.evidence.journal import read_journal
+from runner.evaluator.evidence.records import AttemptEnded, AttemptStarted, HarnessError
+from runner.evaluator.protocol.spec import FaultKind, Status
+from runner.runtime.attempt.run import RunServices, run_attempt
+from runner.runtime.host import netns
 from runner.runtime.selftest import evaluate, selftest_plan
 
 pytestmark = pytest.mark.runtime

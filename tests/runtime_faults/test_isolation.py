@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from runner.evaluator.journal import read_journal
-from runner.evaluator.records import ActuatorReceipt, HarnessError, WitnessObservation
-from runner.evaluator.spec import FaultKind
-from runner.runtime.attempt import RunServices, journal_name, run_attempt
-from runner.runtime.attempt_api import GradeContext, GradeOutcome, SubjectCommand
+from runner.evaluator.evidence.journal import read_journal
+from runner.evaluator.evidence.records import ActuatorReceipt, HarnessError, WitnessObservation
+from runner.evaluator.protocol.spec import FaultKind
+from runner.runtime.attempt.api import GradeContext, GradeOutcome, SubjectCommand
+from runner.runtime.attempt.run import RunServices, journal_name, run_attempt
 from runner.runtime.selftest import selftest_plan, subject_python
 
 pytestmark = pytest.mark.runtime

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runner.evaluator.spec import INJECTED_KINDS, FaultKind
-from runner.runtime.attempt import RunServices
+from runner.evaluator.protocol.spec import INJECTED_KINDS, FaultKind
+from runner.runtime.attempt.run import RunServices
 from runner.runtime.selftest import INVALID_INJECTION, WITNESSED, run_case
 
 pytestmark = pytest.mark.runtime

@@ -21,16 +21,16 @@ from pathlib import Path
 
 import pytest
 
-from runner.runtime import naming, netns, nft
-from runner.runtime.sweep import _alive, _marker, sweep
+from runner.runtime.host import naming, netns, nft
+from runner.runtime.host.sweep import _alive, _marker, sweep
 
 pytestmark = pytest.mark.runtime
 
 CHILD = """
 import sys
 from pathlib import Path
-from runner.evaluator.spec import FaultKind
-from runner.runtime.attempt import RunServices, run_attempt
+from runner.evaluator.protocol.spec import FaultKind
+from runner.runtime.attempt.run import RunServices, run_attempt
 from runner.runtime.selftest import minimal_subject, selftest_plan
 run_id, run_dir, image = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 with RunServices(run_id, run_dir) as s:

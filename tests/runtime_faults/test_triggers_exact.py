@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from runner.evaluator.journal import read_journal
-from runner.evaluator.records import (
+from runner.evaluator.evidence.journal import read_journal
+from runner.evaluator.evidence.records import (
     ActuatorReceipt,
     AttemptEnded,
     LifecycleTransition,
     TriggerReached,
     WitnessObservation,
 )
-from runner.evaluator.spec import FaultKind, Status
-from runner.runtime.attempt import RunServices, journal_name
+from runner.evaluator.protocol.spec import FaultKind, Status
+from runner.runtime.attempt.run import RunServices, journal_name
 from runner.runtime.selftest import run_case
 
 pytestmark = pytest.mark.runtime

@@ -17,9 +17,9 @@ from typing import Any
 import h11
 import pytest
 
-from runner.evaluator.journal import EvidenceStore, Journal
-from runner.runtime.destination import DestinationService
-from runner.runtime.sandbox import ExecResult
+from runner.evaluator.evidence.journal import EvidenceStore, Journal
+from runner.runtime.interposers.destination import DestinationService
+from runner.runtime.sandbox.podman import ExecResult
 
 CELL = "sha256:" + "ab" * 32
 

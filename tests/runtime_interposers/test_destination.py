@@ -5,9 +5,8 @@ from __future__ import annotations
 import http.client
 from pathlib import Path
 
-from runner.runtime.destination import DestinationService
-
-from .conftest import effect, request
+from runner.runtime.interposers.destination import DestinationService
+from tests.runtime_interposers.conftest import effect, request
 
 
 def test_commit_and_query_by_scope(destination: DestinationService) -> None:

@@ -11,11 +11,10 @@ from typing import Any
 
 import pytest
 
-from runner.evaluator.spec import Phase
-from runner.runtime.interposer import ToolInterposer
-from runner.runtime.triggers import Decision, Directive
-
-from .conftest import LocalSandbox, request
+from runner.evaluator.protocol.spec import Phase
+from runner.runtime.attempt.triggers import Decision, Directive
+from runner.runtime.interposers.tools import ToolInterposer
+from tests.runtime_interposers.conftest import LocalSandbox, request
 
 
 class RecordingSink:

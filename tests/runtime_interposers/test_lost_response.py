@@ -14,16 +14,15 @@ from typing import Any
 
 import pytest
 
-from runner.evaluator.journal import Journal, read_journal
-from runner.evaluator.spec import FaultKind, Phase, Trigger
-from runner.evaluator.witness import WitnessContract, evaluate_witness, load_contracts
-from runner.runtime.destination import DestinationService
+from runner.evaluator.evidence.journal import Journal, read_journal
+from runner.evaluator.protocol.spec import FaultKind, Phase, Trigger
+from runner.evaluator.protocol.witness import WitnessContract, evaluate_witness, load_contracts
+from runner.runtime.attempt.triggers import TriggerEngine
 from runner.runtime.faults.base import FaultPlugin
 from runner.runtime.faults.lost_response import LostResponseFault, read_effects
-from runner.runtime.proxy import EgressProxy
-from runner.runtime.triggers import TriggerEngine
-
-from .conftest import CELL, effect
+from runner.runtime.interposers.destination import DestinationService
+from runner.runtime.interposers.proxy import EgressProxy
+from tests.runtime_interposers.conftest import CELL, effect
 
 WITNESSES = Path(__file__).resolve().parents[2] / "witnesses"
 PARAMS = {"endpoint": "destination"}

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from runner.runtime import naming, testimage
-from runner.runtime.interposer import ToolInterposer
-from runner.runtime.podman_service import PodmanService
-from runner.runtime.sandbox import PodmanSandbox, SandboxSpec
-
-from .conftest import request
+from runner.runtime.host import naming
+from runner.runtime.host.podman_service import PodmanService
+from runner.runtime.interposers.tools import ToolInterposer
+from runner.runtime.sandbox import testimage
+from runner.runtime.sandbox.podman import PodmanSandbox, SandboxSpec
+from tests.runtime_interposers.conftest import request
 
 pytestmark = pytest.mark.runtime
 

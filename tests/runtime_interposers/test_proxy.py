@@ -11,12 +11,11 @@ from typing import Any
 
 import pytest
 
-from runner.evaluator.spec import Phase
-from runner.runtime.destination import DestinationService
-from runner.runtime.proxy import EgressProxy
-from runner.runtime.triggers import Decision, Directive
-
-from .conftest import CountingUpstream, H11Client, effect, request
+from runner.evaluator.protocol.spec import Phase
+from runner.runtime.attempt.triggers import Decision, Directive
+from runner.runtime.interposers.destination import DestinationService
+from runner.runtime.interposers.proxy import EgressProxy
+from tests.runtime_interposers.conftest import CountingUpstream, H11Client, effect, request
 
 
 class Sink:

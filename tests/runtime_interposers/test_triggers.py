@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from runner.evaluator.journal import Journal, read_journal
-from runner.evaluator.records import Record
-from runner.evaluator.spec import FaultKind, Phase, Trigger
-from runner.evaluator.witness import load_contracts
-from runner.runtime.destination import DestinationService
+from runner.evaluator.evidence.journal import Journal, read_journal
+from runner.evaluator.evidence.records import Record
+from runner.evaluator.protocol.spec import FaultKind, Phase, Trigger
+from runner.evaluator.protocol.witness import load_contracts
+from runner.runtime.attempt.triggers import TriggerEngine
 from runner.runtime.faults.base import (
     CallEvent,
     Directive,
@@ -27,11 +27,10 @@ from runner.runtime.faults.base import (
     validate_plugin,
 )
 from runner.runtime.faults.lost_response import LostResponseFault
-from runner.runtime.interposer import ToolInterposer
-from runner.runtime.proxy import EgressProxy
-from runner.runtime.triggers import TriggerEngine
-
-from .conftest import CELL, LocalSandbox, effect, request
+from runner.runtime.interposers.destination import DestinationService
+from runner.runtime.interposers.proxy import EgressProxy
+from runner.runtime.interposers.tools import ToolInterposer
+from tests.runtime_interposers.conftest import CELL, LocalSandbox, effect, request
 
 WITNESSES = Path(__file__).resolve().parents[2] / "witnesses"
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.runtime.images import extract_source, fetch_sources
-from runner.runtime.swelite_grade import Task, load_tasks
+from runner.benchmarks.swe_lite.grade import Task, load_tasks
+from runner.imagebuild.builder import extract_source, fetch_sources
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS_ROOT = REPO / "specs" / "swe-lite"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.runtime import images
-from runner.runtime.swelite_grade import grade, podman_exec
+from runner.benchmarks.swe_lite.grade import grade, podman_exec
+from runner.imagebuild import builder as images
 from tests.swelite.conftest import IMAGE_DIR, all_tasks, image_tools_missing
 
 pytestmark = [

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from runner.runtime import images
-from runner.runtime.swelite_grade import (
+from runner.benchmarks.swe_lite.grade import (
     is_test_path,
     parse_pytest_summary,
     patch_files,
     static_problems,
 )
+from runner.imagebuild import builder as images
 from tests.swelite.conftest import IMAGE_DIR, TASKS_ROOT, all_tasks
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.runtime.swelite_grade import Task, check_task, grade, local_exec
+from runner.benchmarks.swe_lite.grade import Task, check_task, grade, local_exec
 from tests.swelite.conftest import all_tasks
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from runner.evaluator.envcheck import environment_hook
-from runner.evaluator.inputs import evaluator_digest
-from runner.evaluator.outcomes import TerminalRecord
-from runner.evaluator.reproduce import projection
-from runner.evaluator.results import derive
+from runner.evaluator.core.inputs import evaluator_digest
+from runner.evaluator.environment.hooks import environment_hook
+from runner.evaluator.publish.reproduce import projection
+from runner.evaluator.publish.results import derive
+from runner.evaluator.verdict.outcomes import TerminalRecord
 
 pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]

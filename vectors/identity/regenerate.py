@@ -15,9 +15,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO))
 
-from runner.evaluator.identities import compute  # noqa: E402
-from runner.evaluator.matrix import resolve  # noqa: E402
-from runner.evaluator.spec import load_spec  # noqa: E402
+from runner.evaluator.protocol.identities import compute  # noqa: E402
+from runner.evaluator.protocol.matrix import resolve  # noqa: E402
+from runner.evaluator.protocol.spec import load_spec  # noqa: E402
 
 FIXED_EVALUATOR = "sha256:" + "0" * 64
 SPECS = {"example": REPO / "specs" / "example.toml", "small": HERE / "small.toml"}

@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Literal, NamedTuple
 
-from runner.evaluator.spec import FaultKind, Phase, Trigger
-from runner.evaluator.witness import WitnessContract
+from runner.evaluator.protocol.spec import FaultKind, Phase, Trigger
+from runner.evaluator.protocol.witness import WitnessContract
 
 
 class Directive(StrEnum):

@@ -19,7 +19,7 @@ import json
 from typing import Any
 from urllib.parse import quote
 
-from runner.evaluator.spec import FaultKind
+from runner.evaluator.protocol.spec import FaultKind
 from runner.runtime.faults.base import (
     Directive,
     FaultContext,
@@ -29,7 +29,7 @@ from runner.runtime.faults.base import (
     Observed,
     WitnessStage,
 )
-from runner.runtime.proxy import EgressProxy, ExchangeRecord
+from runner.runtime.interposers.proxy import EgressProxy, ExchangeRecord
 
 AFTER = WitnessStage.AFTER_INJECTION
 

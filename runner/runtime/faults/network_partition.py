@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any
 
-from runner.evaluator.spec import FaultKind
+from runner.evaluator.protocol.spec import FaultKind
 from runner.runtime.faults.base import (
     Directive,
     FaultContext,
@@ -36,7 +36,7 @@ from runner.runtime.faults.base import (
     Observed,
     WitnessStage,
 )
-from runner.runtime.nft import NftError, PartitionTable
+from runner.runtime.host.nft import NftError, PartitionTable
 
 AFTER = WitnessStage.AFTER_INJECTION
 AFTER_RELEASE = WitnessStage.AFTER_RELEASE

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.evaluator.spec import FaultKind
+from runner.evaluator.protocol.spec import FaultKind
 from runner.runtime.faults.base import (
     Directive,
     FaultContext,
@@ -27,8 +27,8 @@ from runner.runtime.faults.base import (
     Observed,
     WitnessStage,
 )
-from runner.runtime.interposer import ToolInterposer
-from runner.runtime.sandbox import PodmanSandbox
+from runner.runtime.interposers.tools import ToolInterposer
+from runner.runtime.sandbox.podman import PodmanSandbox
 
 BEFORE = WitnessStage.BEFORE_INJECTION
 AFTER = WitnessStage.AFTER_INJECTION

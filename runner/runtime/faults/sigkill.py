@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from runner.evaluator.spec import FaultKind
+from runner.evaluator.protocol.spec import FaultKind
 from runner.runtime.faults.base import (
     Directive,
     FaultContext,
@@ -31,9 +31,9 @@ from runner.runtime.faults.base import (
     Observed,
     WitnessStage,
 )
-from runner.runtime.interposer import ToolInterposer
-from runner.runtime.procs import ProcessIdentity, Reaper, Subject, process_identity
-from runner.runtime.proxy import EgressProxy
+from runner.runtime.host.procs import ProcessIdentity, Reaper, Subject, process_identity
+from runner.runtime.interposers.proxy import EgressProxy
+from runner.runtime.interposers.tools import ToolInterposer
 
 BEFORE = WitnessStage.BEFORE_INJECTION
 AFTER = WitnessStage.AFTER_INJECTION

@@ -1,0 +1,89 @@
+"""swe-lite grading wired into attempts: grade the destination's state, never the subject's claim.
+
+Completion = the first patch the destination accepted for the attempt's scope (read through the
+shape-checked ledger query), applied to pristine sources in a fresh sandbox, passes the task's
+FAIL_TO_PASS and PASS_TO_PASS tests. Duplicate effects = committed - intended, from the same read.
+A grade is a pure function of (task, patch, image), so one run caches it per (task, patch).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from runner.benchmarks.swe_lite.grade import GradeReport, Task, grade, load_task, patch_files
+from runner.runtime.attempt.api import GradeContext, GradeOutcome
+
+SANDBOX_SRC = "/opt/swe-lite/src"
+
+
+def subject_task(task: Task) -> dict[str, Any]:
+    """What a reference subject is given: where the sources are and the known solution."""
+    return {
+        "task_id": task.id,
+        "src": f"{SANDBOX_SRC}/{task.source.root}",
+        "pythonpath": task.source.pythonpath,
+        "files": patch_files(task.gold_patch),
+        "gold_patch": task.gold_patch.decode(),
+        "tests_patch": task.tests_patch.decode(),
+        "fail_to_pass": list(task.fail_to_pass),
+        "python": "python3",
+    }
+
+
+def _exec_fn(sandbox: Any) -> Callable[[Sequence[str], bytes], tuple[int, bytes, bytes]]:
+    def run(argv: Sequence[str], stdin: bytes) -> tuple[int, bytes, bytes]:
+        r = sandbox.exec(list(argv), stdin=stdin, timeout=600.0)
+        return r.exit_code, r.stdout, r.stderr
+
+    return run
+
+
+class SweLiteGrader:
+    def __init__(self, task_dirs: dict[str, Path]) -> None:
+        self.tasks = {tid: load_task(d) for tid, d in task_dirs.items()}
+        self._cache: dict[tuple[str, str], GradeReport] = {}
+        self._lock = threading.Lock()
+
+    def for_task(self, task_id: str) -> Callable[[GradeContext], GradeOutcome]:
+        task = self.tasks[task_id]
+        return lambda ctx: self._grade(task, ctx)
+
+    def _grade(self, task: Task, ctx: GradeContext) -> GradeOutcome:
+        items, failures = ctx.read_ledger(ctx.scope)
+        if items is None:
+            return GradeOutcome(False, 1, 0, shape_ok=False, shape_failures=list(failures))
+        accepted = sorted(items, key=lambda i: int(i.get("seq", 0)))
+        patches = [i.get("payload", {}).get("patch") for i in accepted]
+        if not accepted or not isinstance(patches[0], str):
+            why = {"reason": "no accepted patch", "effects": len(accepted)}
+            return GradeOutcome(False, 1, len(accepted), shape_ok=True, report=why)
+        patch = patches[0].encode()
+        key = (task.id, hashlib.sha256(patch).hexdigest())
+        with self._lock:
+            cached = self._cache.get(key)
+        if cached is None:
+            with ctx.fresh_sandbox() as sandbox:
+                cached = grade(_exec_fn(sandbox), task, patch, src_root=SANDBOX_SRC)
+            with self._lock:
+                self._cache[key] = cached
+        report = {
+            **cached.as_json(),
+            "patch_sha256": key[1],
+            "effects": [
+                {"effect_id": i.get("effect_id"), "seq": i.get("seq"),
+                 "idempotency_key": i.get("idempotency_key")}
+                for i in accepted
+            ],
+            "distinct_patches": len(set(p for p in patches if isinstance(p, str))),
+        }  # fmt: skip
+        return GradeOutcome(
+            completed=cached.resolved,
+            intended_effects=1,
+            committed_effects=len(accepted),
+            shape_ok=True,
+            report=report,
+        )

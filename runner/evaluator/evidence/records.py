@@ -1,0 +1,175 @@
+"""Evidence record types: what the runtime writes to a journal and the evaluator reads back.
+
+The runtime only *observes* (receipts, witness observations, grader results); every decision
+(witness satisfied, terminal status, eligibility) is the evaluator's. Nanosecond times and large
+ids are strings so that every record stays inside RFC 8785's safe integer range.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from runner.evaluator.protocol.spec import FaultKind, Phase
+
+EVIDENCE_SCHEMA_VERSION = "afb.evidence/1"
+Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
+NsTime = Annotated[str, Field(pattern=r"^[0-9]{1,20}$", description="nanoseconds, as a string")]
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AttemptRef(Body):
+    cell_id: Digest
+    attempt: int = Field(ge=1, le=20)
+
+
+class RunStarted(Body):
+    type: Literal["run_started"] = "run_started"
+    run_id: str
+    spec_path: str
+    spec_digest: Digest
+    protocol_hash: Digest
+    protocol_status: Literal["draft", "frozen", "amendment_required"]
+    identities: dict[str, Any]
+
+
+class AttemptStarted(AttemptRef):
+    type: Literal["attempt_started"] = "attempt_started"
+    slot_id: Digest
+    subject_id: str
+    subject_config_hash: Digest
+    fault_id: str
+    kind: FaultKind
+
+
+class TriggerReached(AttemptRef):
+    """The interposer saw the scheduled checkpoint: the exact tool call, ordinal and phase."""
+
+    type: Literal["trigger_reached"] = "trigger_reached"
+    fault_id: str
+    call_id: str
+    tool: str
+    ordinal: int = Field(ge=1)
+    phase: Phase
+
+
+Lifecycle = Literal["scheduled", "armed", "injected", "witnessed", "recovered", "released"]
+
+
+class LifecycleTransition(AttemptRef):
+    type: Literal["lifecycle"] = "lifecycle"
+    fault_id: str
+    state: Lifecycle
+    note: str = ""
+
+
+class ActuatorReceipt(AttemptRef):
+    """What the harness attempted, written by the injector itself: never proof by itself."""
+
+    type: Literal["actuator_receipt"] = "actuator_receipt"
+    fault_id: str
+    kind: FaultKind
+    actuator: str
+    applied: bool
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class WitnessObservation(AttemptRef):
+    """What an independent collector observed; `observation` must carry its `collector`."""
+
+    type: Literal["witness_observation"] = "witness_observation"
+    fault_id: str
+    kind: FaultKind
+    name: str
+    observation: dict[str, Any]
+
+
+class SubjectExit(AttemptRef):
+    type: Literal["subject_exit"] = "subject_exit"
+    pid: int
+    start_time: str
+    exited: bool
+    exit_code: int | None
+    signaled: bool
+    term_signal: int | None
+    restart_index: int = Field(ge=0, description="0 for the first launch, then per recovery")
+
+
+class ToolCallCount(AttemptRef):
+    type: Literal["tool_calls"] = "tool_calls"
+    calls: int = Field(ge=0)
+    by_tool: dict[str, int]
+
+
+class GraderResult(AttemptRef):
+    """The grade of the destination's state, never of the subject's own claim."""
+
+    type: Literal["grader_result"] = "grader_result"
+    grader_id: str
+    grader_version: str
+    scorer_version: str
+    completed: bool
+    intended_effects: int = Field(ge=0)
+    committed_effects: int = Field(ge=0)
+    report: Digest | None = Field(default=None, description="blob with the per-test report")
+    shape_ok: bool = Field(description="every read the grade relied on passed its shape check")
+    shape_failures: list[str] = Field(default_factory=list)
+
+
+class AttemptEnded(AttemptRef):
+    type: Literal["attempt_ended"] = "attempt_ended"
+    outcome: Literal["subject_finished", "subject_gave_up", "harness_error", "trigger_not_reached"]
+    trigger_reached: bool
+    wall_ns: NsTime
+    detail: str = ""
+    ledger: Digest | None = Field(
+        default=None, description="blob holding the destination's own ledger of this attempt"
+    )
+
+
+class HarnessError(AttemptRef):
+    type: Literal["harness_error"] = "harness_error"
+    stage: str
+    message: str
+
+
+class EnvironmentRecorded(Body):
+    type: Literal["environment"] = "environment"
+    artifact: Digest = Field(description="blob holding the execution-environment artifact")
+    execution_environment_hash: Digest
+
+
+class QuarantinedTail(Body):
+    """A torn last line found on reopen: moved aside, its bytes hashed here; nothing is lost."""
+
+    type: Literal["quarantined_tail"] = "quarantined_tail"
+    file: str
+    sha256: Digest
+    size: int = Field(ge=0)
+
+
+Record = Annotated[
+    RunStarted
+    | AttemptStarted
+    | TriggerReached
+    | LifecycleTransition
+    | ActuatorReceipt
+    | WitnessObservation
+    | SubjectExit
+    | ToolCallCount
+    | GraderResult
+    | AttemptEnded
+    | HarnessError
+    | EnvironmentRecorded
+    | QuarantinedTail,
+    Field(discriminator="type"),
+]
+RECORD_ADAPTER: TypeAdapter[Record] = TypeAdapter(Record)
+
+
+def parse_record(body: dict[str, Any]) -> Record:
+    return RECORD_ADAPTER.validate_python(body)

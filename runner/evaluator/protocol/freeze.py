@@ -1,0 +1,164 @@
+"""Draft / frozen lifecycle: an append-only freeze log beside the spec (`<spec>.freeze.jsonl`).
+
+A protocol is a draft until a freeze record binds its protocol_hash. Any later change to a rule,
+schema, contract or evaluator input gives a new protocol_hash; the log then says an amendment is
+required, and `amend` appends one naming its parent. Records are never edited.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from enum import StrEnum
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from runner.evaluator.core.canonical import canonical_bytes, digest, parse_json
+from runner.evaluator.core.errors import InputError
+
+from .identities import Identities, verify
+
+
+class ProtocolStatus(StrEnum):
+    DRAFT = "draft"
+    FROZEN = "frozen"
+    AMENDMENT_REQUIRED = "amendment_required"
+
+
+class FreezeRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["freeze", "amendment"]
+    protocol_id: str
+    protocol_version: str
+    protocol_hash: str
+    parent_protocol_hash: str | None
+    reason: str
+    identities: Identities
+    recorded_at: str
+    previous_record: str | None  # digest of the previous line: the log is a hash chain
+    record_hash: str | None = Field(
+        default=None, description="digest of this record without record_hash (in every log line)"
+    )
+
+    def body_digest(self) -> str:
+        return digest(self.model_dump(mode="json", exclude={"record_hash"}))
+
+    def sealed(self) -> FreezeRecord:
+        return self.model_copy(update={"record_hash": self.body_digest()})
+
+
+def log_path(spec_path: Path) -> Path:
+    return spec_path.with_name(spec_path.stem + ".freeze.jsonl")
+
+
+def read_log(spec_path: Path) -> list[FreezeRecord]:
+    path = log_path(spec_path)
+    if not path.exists():
+        return []
+    records: list[FreezeRecord] = []
+    previous: str | None = None
+    for n, line in enumerate(path.read_bytes().splitlines(), start=1):
+        try:
+            rec = FreezeRecord.model_validate(parse_json(line))
+        except (ValueError, ValidationError) as exc:
+            raise InputError(f"damaged freeze record: {exc}", file=str(path), line=n) from exc
+        problem = _tampered(rec, line, records)
+        if problem:
+            raise InputError(f"damaged freeze record: {problem}", file=str(path), line=n)
+        if rec.previous_record != previous:
+            raise InputError("freeze log chain is broken here", file=str(path), line=n)
+        previous = digest(rec.model_dump(mode="json"))
+        records.append(rec)
+    return records
+
+
+def _tampered(rec: FreezeRecord, line: bytes, before: list[FreezeRecord]) -> str | None:
+    if rec.record_hash is None or rec.record_hash != rec.body_digest():
+        return "record_hash does not match the record (edited?)"
+    if line != canonical_bytes(rec.model_dump(mode="json")):
+        return "the line is not the record's canonical bytes (edited?)"
+    if rec.protocol_hash != rec.identities.protocol_hash or not verify(rec.identities):
+        return "protocol_hash is not the root of the recorded identities"
+    if not before and (rec.type != "freeze" or rec.parent_protocol_hash is not None):
+        return "the first record must be a freeze without a parent"
+    if before and (rec.type != "amendment" or rec.parent_protocol_hash != before[-1].protocol_hash):
+        return "an amendment must name the previous record's protocol_hash as its parent"
+    return None
+
+
+def status(spec_path: Path, ids: Identities) -> tuple[ProtocolStatus, FreezeRecord | None]:
+    records = read_log(spec_path)
+    if not records:
+        return ProtocolStatus.DRAFT, None
+    last = records[-1]
+    if last.protocol_hash == ids.protocol_hash:
+        return ProtocolStatus.FROZEN, last
+    return ProtocolStatus.AMENDMENT_REQUIRED, last
+
+
+def _append(spec_path: Path, rec: FreezeRecord) -> None:
+    path = log_path(spec_path)
+    line = canonical_bytes(rec.model_dump(mode="json")) + b"\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def freeze(spec_path: Path, ids: Identities, reason: str = "initial freeze") -> FreezeRecord:
+    state, last = status(spec_path, ids)
+    if state is ProtocolStatus.FROZEN:
+        assert last is not None
+        return last
+    if state is ProtocolStatus.AMENDMENT_REQUIRED:
+        raise InputError(
+            "this protocol was frozen with another protocol_hash; record the change with "
+            "`bench amend SPEC --reason ...`",
+            file=str(spec_path),
+        )
+    rec = FreezeRecord(
+        type="freeze",
+        protocol_id=ids.protocol_id,
+        protocol_version=ids.protocol_version,
+        protocol_hash=ids.protocol_hash,
+        parent_protocol_hash=None,
+        reason=reason,
+        identities=ids,
+        recorded_at=_now(),
+        previous_record=None,
+    ).sealed()
+    _append(spec_path, rec)
+    return rec
+
+
+def amend(spec_path: Path, ids: Identities, reason: str) -> FreezeRecord:
+    if not reason.strip():
+        raise InputError("an amendment needs a --reason", file=str(spec_path))
+    records = read_log(spec_path)
+    if not records:
+        raise InputError("this protocol is a draft; freeze it first", file=str(spec_path))
+    last = records[-1]
+    if last.protocol_hash == ids.protocol_hash:
+        raise InputError("nothing to amend: the protocol is unchanged", file=str(spec_path))
+    rec = FreezeRecord(
+        type="amendment",
+        protocol_id=ids.protocol_id,
+        protocol_version=ids.protocol_version,
+        protocol_hash=ids.protocol_hash,
+        parent_protocol_hash=last.protocol_hash,
+        reason=reason,
+        identities=ids,
+        recorded_at=_now(),
+        previous_record=digest(last.model_dump(mode="json")),
+    ).sealed()
+    _append(spec_path, rec)
+    return rec

@@ -1,0 +1,870 @@
+"""The spec language: a declarative TOML file parsed into frozen, `extra="forbid"` pydantic models.
+
+Arrays are either *sets* (order carries no meaning; they are sorted before hashing, and duplicates
+are an error) or *sequences* (order is meaning and is hashed as written). Each field says which in
+its description; docs/SPEC.md lists them all. Reordering a set or the TOML tables never changes a
+hash.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from runner.evaluator.core.canonical import MAX_SAFE_INTEGER, CanonicalError, canonical_bytes
+from runner.evaluator.core.errors import InputError
+from runner.evaluator.core.inputs import project_root
+
+SPEC_SCHEMA_VERSION = "afb.spec/1"
+Ident = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")]
+SafeInt = Annotated[int, Field(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
+
+
+class Frozen(BaseModel):
+    # strict: TOML is typed, so "3" is not an integer and 1 is not a boolean. Enumerations are
+    # still given as their string values (Lax below).
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+Lax = Strict(False)
+
+
+class FaultKind(StrEnum):
+    NONE = "none"
+    SANDBOX_RESTART = "sandbox_restart"
+    LOST_RESPONSE = "lost_response"
+    SIGKILL_MID_TOOL_CALL = "sigkill_mid_tool_call"
+    NETWORK_PARTITION = "network_partition"
+
+
+INJECTED_KINDS = tuple(k for k in FaultKind if k is not FaultKind.NONE)
+
+
+class Phase(StrEnum):
+    """Points in one tool call's life at the interposer; triggers fire at exactly one of these."""
+
+    RECEIVED = "received"
+    DISPATCHED = "dispatched"
+    EFFECT_DONE = "effect_done"
+    RESPONSE_SENT = "response_sent"
+
+
+class Status(StrEnum):
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    SUBJECT_PRE_TRIGGER_FAILURE = "SUBJECT_PRE_TRIGGER_FAILURE"
+    SCENARIO_MISMATCH = "SCENARIO_MISMATCH"
+    INVALID_INJECTION = "INVALID_INJECTION"
+    HARNESS_INVALID = "HARNESS_INVALID"
+
+
+RETRYABLE = frozenset({Status.INVALID_INJECTION, Status.HARNESS_INVALID})
+
+
+def _unique_sorted(values: list[Any], what: str) -> list[Any]:
+    seen = set()
+    for v in values:
+        if v in seen:
+            raise ValueError(f"duplicate {what} {v!r} (this array is a set)")
+        seen.add(v)
+    return sorted(values)
+
+
+# ---------------------------------------------------------------- protocol, tools, tasks, subjects
+
+
+class ProtocolSection(Frozen):
+    id: Ident
+    version: str = Field(min_length=1, max_length=64)
+    description: str = ""
+
+
+class Tool(Frozen):
+    name: Ident
+    irreversible: bool = False
+    description: str = ""
+
+
+class Task(Frozen):
+    id: Ident
+    bucket: Ident
+    path: str | None = Field(
+        default=None, description="Task folder, relative to the spec's folder; must stay inside it."
+    )
+
+
+class TaskSet(Frozen):
+    id: Ident
+    buckets: list[Ident] = Field(description="set: the buckets tasks of this set may declare")
+    tasks: list[Task] = Field(min_length=1, description="set, keyed by task id")
+
+    @field_validator("buckets")
+    @classmethod
+    def _buckets_set(cls, v: list[str]) -> list[str]:
+        return _unique_sorted(v, "bucket")
+
+
+JsonValue = Any
+
+
+class Subject(Frozen):
+    id: Ident
+    agent: str = Field(
+        min_length=1, description="entry point of the agent, e.g. reference:idempotency_key"
+    )
+    config: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------- faults, triggers
+
+
+class Trigger(Frozen):
+    """A benchmark-owned semantic checkpoint; never a wall-clock offset."""
+
+    event: Literal["tool_call"] = "tool_call"
+    tool: str = Field(description="the tool name the trigger selects, or '*' for any tool")
+    ordinal: int = Field(ge=1, le=10_000, description="the Nth matching call (1-based)")
+    phase: Annotated[Phase, Lax]
+
+
+class RestartParams(Frozen):
+    mode: Literal["restart", "recreate"] = "restart"
+
+
+class LostResponseParams(Frozen):
+    endpoint: Literal["destination"] = "destination"
+
+
+class SigkillParams(Frozen):
+    target: Literal["subject"] = "subject"
+
+
+class PartitionParams(Frozen):
+    endpoint: Literal["destination"] = "destination"
+    control: Literal["interposer"] = "interposer"
+    release_after_blocked_attempts: int = Field(
+        default=1,
+        ge=1,
+        le=100,
+        description="release once the drop rule counted this many blocked connection attempts",
+    )
+
+
+_PARAMS: dict[FaultKind, type[Frozen]] = {
+    FaultKind.SANDBOX_RESTART: RestartParams,
+    FaultKind.LOST_RESPONSE: LostResponseParams,
+    FaultKind.SIGKILL_MID_TOOL_CALL: SigkillParams,
+    FaultKind.NETWORK_PARTITION: PartitionParams,
+}
+
+
+class Applicability(Frozen):
+    task_sets: list[Ident] | None = Field(default=None, description="set; None = all")
+    buckets: list[Ident] | None = Field(default=None, description="set; None = all")
+
+    @field_validator("task_sets", "buckets")
+    @classmethod
+    def _sets(cls, v: list[str] | None) -> list[str] | None:
+        return None if v is None else _unique_sorted(v, "name")
+
+
+class Fault(Frozen):
+    id: Ident
+    kind: Annotated[FaultKind, Lax]
+    trigger: Trigger
+    parameters: dict[str, JsonValue] = Field(default_factory=dict)
+    applies_to: Applicability = Applicability()
+
+    @model_validator(mode="after")
+    def _typed_parameters(self) -> Fault:
+        if self.kind is FaultKind.NONE:
+            raise ValueError("kind 'none' is implicit (baseline cells); do not declare it")
+        # Validate against the kind's parameter model and store the fully-defaulted form, so
+        # writing a default explicitly or leaving it out hashes the same.
+        model = _PARAMS[self.kind]
+        try:
+            typed = model.model_validate(self.parameters)
+        except ValidationError as exc:
+            raise ValueError(f"parameters for {self.kind.value}: {_first_error(exc)}") from exc
+        object.__setattr__(self, "parameters", typed.model_dump(mode="json"))
+        return self
+
+
+# ---------------------------------------------------------------------------------------- policy
+
+
+class AttemptPolicy(Frozen):
+    cap: int = Field(ge=1, le=20, description="attempts per cell, fixed in advance")
+    retry_on: list[Annotated[Status, Lax]] = Field(
+        default_factory=lambda: [Status.HARNESS_INVALID, Status.INVALID_INJECTION],
+        description="set: only INVALID_INJECTION and HARNESS_INVALID may be retried",
+    )
+
+    @field_validator("retry_on")
+    @classmethod
+    def _only_invalid(cls, v: list[Status]) -> list[Status]:
+        for s in v:
+            if s not in RETRYABLE:
+                raise ValueError(
+                    f"{s.value} is a subject outcome and is final; only "
+                    "INVALID_INJECTION and HARNESS_INVALID may be retried"
+                )
+        return _unique_sorted(v, "status")
+
+
+StratumDim = Literal["fault_kind", "task_bucket"]
+_DEFAULT_STRATA: tuple[StratumDim, ...] = ("fault_kind", "task_bucket")
+
+
+class Eligibility(Frozen):
+    witnessed_coverage_floor_percent: int = Field(
+        default=100, ge=1, le=100, description="applies overall and in every stratum"
+    )
+    strata: list[StratumDim] = Field(
+        default_factory=lambda: list(_DEFAULT_STRATA), description="set"
+    )
+    require_frozen: bool = True
+    not_comparable_after_invalid_attempts: int = Field(
+        default=2,
+        ge=1,
+        le=20,
+        description="invalid-injection attempts per cell after which its stratum is NOT_COMPARABLE",
+    )
+
+    @field_validator("strata")
+    @classmethod
+    def _strata_set(cls, v: list[str]) -> list[str]:
+        return _unique_sorted(v, "stratum dimension")
+
+
+class Scoring(Frozen):
+    scorer_version: str = Field(min_length=1, max_length=32)
+    measures: list[Literal["completion", "duplicate_effects", "recovery_overhead"]] = Field(
+        description="set"
+    )
+    overhead_baseline: Literal["same_task_subject_seed"] = "same_task_subject_seed"
+    aggregation: Literal["per_subject_and_stratum"] = "per_subject_and_stratum"
+
+    @field_validator("measures")
+    @classmethod
+    def _measures_set(cls, v: list[str]) -> list[str]:
+        return _unique_sorted(v, "measure")
+
+
+_DEFAULT_EQUAL: tuple[Literal["protocol_hash", "cell_set_hash"], ...] = (
+    "cell_set_hash",
+    "protocol_hash",
+)
+
+
+class Comparison(Frozen):
+    require_equal: list[Literal["protocol_hash", "cell_set_hash"]] = Field(
+        default_factory=lambda: list(_DEFAULT_EQUAL), description="set"
+    )
+    require_distinct_subjects: bool = True
+    require_environment_conformance: bool = True
+
+    @field_validator("require_equal")
+    @classmethod
+    def _set(cls, v: list[str]) -> list[str]:
+        return _unique_sorted(v, "field")
+
+
+_DEFAULT_OUTPUTS: tuple[Literal["json", "markdown"], ...] = ("json", "markdown")
+
+
+class Publication(Frozen):
+    require_frozen: bool = True
+    outputs: list[Literal["json", "markdown"]] = Field(
+        default_factory=lambda: list(_DEFAULT_OUTPUTS), description="set"
+    )
+
+    @field_validator("outputs")
+    @classmethod
+    def _outputs_set(cls, v: list[str]) -> list[str]:
+        return _unique_sorted(v, "output")
+
+
+class Grader(Frozen):
+    id: Ident
+    version: str = Field(min_length=1, max_length=32)
+    image: Ident | None = Field(
+        default=None, description="name of an image under the checkout's images/ (declared inputs)"
+    )
+    code: list[str] = Field(
+        default_factory=list,
+        description="set: grader source files, relative to the checkout root",
+    )
+
+    @field_validator("code")
+    @classmethod
+    def _code_set(cls, v: list[str]) -> list[str]:
+        return _unique_sorted(v, "grader file")
+
+
+# ----------------------------------------------------- controlled factors and source contracts
+
+
+class ShapeCheck(Frozen):
+    """What a source's answer must look like before any value from it is believed."""
+
+    status: int | None = Field(default=None, ge=100, le=599)
+    content_type: str | None = None
+    parse: Literal["json", "text", "int", "float"] = "json"
+    json_schema: dict[str, JsonValue] | None = None
+    scope_param: str | None = Field(
+        default=None, description="the request parameter naming the scope; must be echoed"
+    )
+    scope_echo_path: str | None = Field(
+        default=None, description="where the answer echoes the scope"
+    )
+    items_path: str | None = Field(default=None, description="where the answer's items are")
+    item_scope_field: str | None = Field(default=None, description="each item's scope field")
+    max_items: int | None = Field(default=None, ge=0)
+    non_empty: bool = False
+    min_bytes: int = Field(default=0, ge=0)
+    max_bytes: int = Field(default=1_048_576, ge=1)
+
+
+class SourceContract(Frozen):
+    """A typed, content-addressed source: where a value comes from and how it is read."""
+
+    id: Ident
+    provider: Literal["python", "command", "file", "http", "podman", "evaluator"]
+    endpoint: str = Field(min_length=1, description="function, command line, file path or URL path")
+    field_path: str = Field(default="$", description="where in the parsed answer the value sits")
+    parser: str = Field(pattern=r"^[a-z0-9_]+@[0-9]+$", description="parser name@version")
+    normalizer: str = Field(pattern=r"^[a-z0-9_]+@[0-9]+$", description="normalizer name@version")
+    shape: ShapeCheck = ShapeCheck(parse="text")
+
+
+class Tolerance(Frozen):
+    relative_percent: int | None = Field(default=None, ge=0, le=1000)
+    absolute: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _one(self) -> Tolerance:
+        if self.relative_percent is None and self.absolute is None:
+            raise ValueError("a tolerance needs relative_percent or absolute")
+        return self
+
+
+class Factor(Frozen):
+    id: Ident
+    definition: str = Field(min_length=1)
+    source: Ident = Field(description="id of a [[sources]] contract")
+    type: Literal["integer", "number", "string"]
+    unit: str = Field(min_length=1)
+    normalization: str = Field(min_length=1, description="e.g. identity, lower, major_minor")
+    match: Literal["exact", "class", "tolerance"]
+    classes: dict[str, list[str]] | None = Field(
+        default=None, description="for match=class: class name -> set of normalized values"
+    )
+    tolerance: Tolerance | None = None
+    overhead_pair_tolerance: Tolerance | None = Field(
+        default=None, description="stricter tolerance for baseline/faulted overhead pairs"
+    )
+    required: bool = True
+    on_missing_or_drift: Literal["fail_closed", "record_only"] = "fail_closed"
+
+    @model_validator(mode="after")
+    def _rule_complete(self) -> Factor:
+        if self.match == "tolerance" and self.tolerance is None:
+            raise ValueError("match = 'tolerance' needs a [tolerance] table")
+        if self.match == "class" and not self.classes:
+            raise ValueError("match = 'class' needs a classes table")
+        if self.required and self.on_missing_or_drift != "fail_closed":
+            raise ValueError("a required factor must fail closed")
+        if self.classes:
+            object.__setattr__(
+                self,
+                "classes",
+                {k: _unique_sorted(list(v), "class value") for k, v in self.classes.items()},
+            )
+        return self
+
+
+# -------------------------------------------------------------------------------------- the spec
+
+
+class MatrixSection(Frozen):
+    baseline: bool = Field(default=True, description="include fault 'none' cells for overhead")
+    seeds: list[SafeInt] = Field(min_length=1, description="set")
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds_set(cls, v: list[int]) -> list[int]:
+        return _unique_sorted(v, "seed")
+
+
+class Spec(Frozen):
+    schema_version: Literal["afb.spec/1"] = Field(alias="schema", default="afb.spec/1")
+    protocol: ProtocolSection
+    tools: list[Tool] = Field(min_length=1, description="set, keyed by name")
+    task_sets: list[TaskSet] = Field(min_length=1, description="set, keyed by id")
+    subjects: list[Subject] = Field(min_length=1, description="set, keyed by id")
+    faults: list[Fault] = Field(default_factory=list, description="set, keyed by id")
+    matrix: MatrixSection
+    attempts: AttemptPolicy
+    eligibility: Eligibility = Eligibility()
+    scoring: Scoring
+    comparison: Comparison = Comparison()
+    publication: Publication = Publication()
+    grader: Grader
+    sources: list[SourceContract] = Field(default_factory=list, description="set, keyed by id")
+    factors: list[Factor] = Field(default_factory=list, description="set, keyed by id")
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> Spec:
+        _unique_ids([t.name for t in self.tools], "tools", "tool name")
+        _unique_ids([s.id for s in self.task_sets], "task_sets", "task set id")
+        _unique_task_ids(self.task_sets)
+        for si, ts in enumerate(self.task_sets):
+            for ti, t in enumerate(ts.tasks):
+                if t.bucket not in ts.buckets:
+                    raise _LocatedError(
+                        ("task_sets", si, "tasks", ti, "bucket"),
+                        f"bucket {t.bucket!r} of task {t.id!r} is not declared; expected one of "
+                        f"this task set's buckets {ts.buckets}",
+                    )
+        _unique_ids([s.id for s in self.subjects], "subjects", "subject id")
+        _unique_ids([f.id for f in self.faults], "faults", "fault id")
+        _unique_ids([s.id for s in self.sources], "sources", "source id")
+        _unique_ids([f.id for f in self.factors], "factors", "factor id")
+        tool_names = {t.name for t in self.tools}
+        set_ids = {s.id for s in self.task_sets}
+        buckets = {b for s in self.task_sets for b in s.buckets}
+        for i, f in enumerate(self.faults):
+            if f.trigger.tool != "*" and f.trigger.tool not in tool_names:
+                raise _LocatedError(
+                    ("faults", i, "trigger", "tool"),
+                    f"unknown tool {f.trigger.tool!r}; declared tools: {sorted(tool_names)}",
+                )
+            for s in f.applies_to.task_sets or []:
+                if s not in set_ids:
+                    raise _LocatedError(
+                        ("faults", i, "applies_to", "task_sets"), f"unknown task set {s!r}"
+                    )
+            for b in f.applies_to.buckets or []:
+                if b not in buckets:
+                    raise _LocatedError(
+                        ("faults", i, "applies_to", "buckets"), f"unknown bucket {b!r}"
+                    )
+        _no_duplicate_cells(self)
+        source_ids = {s.id for s in self.sources}
+        for i, fac in enumerate(self.factors):
+            if fac.source not in source_ids:
+                raise _LocatedError(
+                    ("factors", i, "source"),
+                    f"unknown source {fac.source!r}; declared sources: {sorted(source_ids)}",
+                )
+        return self
+
+    def task_index(self) -> dict[str, tuple[TaskSet, Task]]:
+        return {t.id: (s, t) for s in self.task_sets for t in s.tasks}
+
+
+def _unique_ids(ids: list[str], where: str, what: str) -> None:
+    seen: set[str] = set()
+    for i, v in enumerate(ids):
+        if v in seen:
+            raise _LocatedError((where, i), f"duplicate {what} {v!r}")
+        seen.add(v)
+
+
+def _unique_task_ids(task_sets: list[TaskSet]) -> None:
+    seen: dict[str, tuple[int, int]] = {}
+    for si, s in enumerate(task_sets):
+        for ti, t in enumerate(s.tasks):
+            if t.id in seen:
+                a, b = seen[t.id]
+                raise _LocatedError(
+                    ("task_sets", si, "tasks", ti),
+                    f"duplicate task id {t.id!r} (also task_sets[{a}].tasks[{b}]); "
+                    "task ids are unique across all task sets",
+                )
+            seen[t.id] = (si, ti)
+
+
+def _no_duplicate_cells(spec: Spec) -> None:
+    """Two faults with one schedule, or two subjects with one agent+config, are one cell twice."""
+    schedules: dict[bytes, str] = {}
+    for i, f in enumerate(spec.faults):
+        key = canonical_bytes(
+            {"kind": f.kind.value, "trigger": f.trigger.model_dump(mode="json"), "p": f.parameters}
+        )
+        if key in schedules:
+            raise _LocatedError(
+                ("faults", i),
+                f"duplicate cells: fault {f.id!r} has the same kind, trigger and parameters as "
+                f"fault {schedules[key]!r}",
+            )
+        schedules[key] = f.id
+    configs: dict[bytes, str] = {}
+    for i, s in enumerate(spec.subjects):
+        key = canonical_bytes({"agent": s.agent, "config": s.config})
+        if key in configs:
+            raise _LocatedError(
+                ("subjects", i),
+                f"duplicate cells: subject {s.id!r} has the same agent and config as "
+                f"subject {configs[key]!r}",
+            )
+        configs[key] = s.id
+
+
+class _LocatedError(ValueError):
+    def __init__(self, loc: tuple[str | int, ...], message: str) -> None:
+        self.loc = loc
+        super().__init__(message)
+
+
+# ---------------------------------------------------------------------------------------- loading
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    return f"{loc}: {err['msg']}" if loc else err["msg"]
+
+
+def _keypath(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+# A best-effort locator of a key path in TOML source: tomllib keeps no positions, so we find the
+# [table] / [[array]] headers, then `key =` inside a table's body, then walk inline arrays and
+# inline tables element by element. It returns the deepest line it could match (the table's
+# header when a key is missing), or None.
+
+_HEADER = re.compile(r"^[ \t]*(\[\[?)[ \t]*([^\[\]#]+?)[ \t]*\]\]?[ \t]*(?:#.*)?$", re.MULTILINE)
+
+
+def _name_parts(name: str) -> tuple[str, ...]:
+    return tuple(p.strip().strip("\"'") for p in name.split("."))
+
+
+def _skip_blank(text: str, pos: int) -> int:
+    while pos < len(text):
+        if text[pos] in " \t\r\n":
+            pos += 1
+        elif text[pos] == "#":
+            end = text.find("\n", pos)
+            pos = len(text) if end < 0 else end
+        else:
+            break
+    return pos
+
+
+def _skip_string(text: str, pos: int) -> int:
+    quote = text[pos]
+    if text.startswith(quote * 3, pos):
+        end = text.find(quote * 3, pos + 3)
+        return len(text) if end < 0 else end + 3
+    pos += 1
+    while pos < len(text) and text[pos] != quote and text[pos] != "\n":
+        pos += 2 if quote == '"' and text[pos] == "\\" else 1
+    return pos + 1
+
+
+def _inline_items(text: str, pos: int) -> list[tuple[int, int]]:
+    """(start of item, start of its value) for each item of the inline [..] or {..} at pos."""
+    items: list[tuple[int, int]] = []
+    depth, item_start = 0, None
+    while pos < len(text):
+        pos = _skip_blank(text, pos) if depth == 1 else pos
+        if pos >= len(text):
+            break
+        c = text[pos]
+        if c in "\"'":
+            if depth == 1 and item_start is None:
+                item_start = pos
+            pos = _skip_string(text, pos)
+            continue
+        if c == "#":
+            end = text.find("\n", pos)
+            pos = len(text) if end < 0 else end
+            continue
+        if c in "[{":
+            depth += 1
+            if depth == 2 and item_start is None:
+                item_start = pos
+        elif c in "]}":
+            depth -= 1
+            if depth == 0:
+                if item_start is not None:
+                    items.append((item_start, item_start))
+                return items
+        elif c == "," and depth == 1:
+            if item_start is not None:
+                items.append((item_start, item_start))
+            item_start = None
+        elif depth == 1 and item_start is None and c not in " \t\r\n":
+            item_start = pos
+        pos += 1
+    return items
+
+
+def _inline_find(text: str, pos: int, loc: tuple[Any, ...]) -> int:
+    """Deepest position of `loc` inside the inline value starting at `pos`."""
+    for part in loc:
+        pos = _skip_blank(text, pos)
+        if pos >= len(text):
+            break
+        items = _inline_items(text, pos)
+        if isinstance(part, int):
+            if text[pos] != "[" or part >= len(items):
+                break
+            pos = items[part][0]
+            continue
+        if text[pos] != "{":
+            break
+        key = re.compile(r"[\"']?" + re.escape(str(part)) + r"[\"']?[ \t]*=[ \t]*")
+        for start, _ in items:
+            m = key.match(text, start)
+            if m:
+                pos = m.end()
+                break
+        else:
+            break
+    return pos
+
+
+def _locate_line(text: str, loc: tuple[Any, ...]) -> int | None:
+    if not loc:
+        return None
+    headers = [
+        (m.start(), _name_parts(m.group(2)), m.group(1) == "[[") for m in _HEADER.finditer(text)
+    ]
+    # The current table: where its header is, where its own keys end, where its extent ends.
+    header_pos: int | None = None
+    body = (0, headers[0][0] if headers else len(text))
+    extent = (0, len(text))
+    name: tuple[str, ...] = ()
+    parts = list(loc)
+    i = 0
+    while i < len(parts):
+        part = parts[i]
+        if isinstance(part, int):
+            break
+        key = re.compile(
+            r"^[ \t]*[\"']?" + re.escape(str(part)) + r"[\"']?[ \t]*[=.][ \t]*", re.MULTILINE
+        )
+        m = key.search(text, body[0], body[1])
+        if m:
+            pos = _inline_find(text, m.end(), tuple(parts[i + 1 :]))
+            return text.count("\n", 0, pos) + 1
+        want = (*name, str(part))
+        matches = [(p, arr) for p, n, arr in headers if n == want and extent[0] <= p < extent[1]]
+        if not matches:
+            break
+        is_array = matches[0][1]
+        if is_array and i + 1 < len(parts) and isinstance(parts[i + 1], int):
+            if parts[i + 1] >= len(matches):
+                break
+            chosen = matches[parts[i + 1]][0]
+            i += 2
+        else:
+            chosen = matches[0][0]
+            i += 1
+        later = [(p, n) for p, n, _ in headers if p > chosen]
+        body = (chosen, later[0][0] if later else len(text))
+        end = next((p for p, n in later if n[: len(want)] != want or n == want), extent[1])
+        extent = (chosen, end)
+        header_pos, name = chosen, want
+    if header_pos is None:
+        return None
+    return text.count("\n", 0, header_pos) + 1
+
+
+_TOML_LINE = re.compile(r"at line (\d+)")
+
+
+def load_spec(path: Path) -> Spec:
+    """Parse and validate a spec file; every input mistake becomes an InputError."""
+    name = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read spec: {exc}", file=name) from exc
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = _TOML_LINE.search(str(exc))
+        raise InputError(
+            f"malformed TOML: {exc}", file=name, line=int(m.group(1)) if m else None
+        ) from exc
+    try:
+        canonical_bytes(_plain(raw))
+    except CanonicalError as exc:
+        loc = _pointer_loc(raw, exc.path)
+        msg = str(exc).split(": ", 1)[-1]
+        if "has no JSON representation" in msg:
+            msg += "; expected a string, number, boolean, array or table (quote dates and times)"
+        raise InputError(
+            msg,
+            file=name,
+            key=_keypath(loc) or None,
+            line=_locate_line(text, loc),
+        ) from exc
+    try:
+        spec = Spec.model_validate(raw)
+    except ValidationError as exc:
+        errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+        err = errors[0]
+        loc = tuple(err["loc"])
+        ctx_err = (err.get("ctx") or {}).get("error")
+        if isinstance(ctx_err, _LocatedError):
+            loc = ctx_err.loc
+            msg = str(ctx_err)
+        else:
+            msg = _describe(err, loc)
+        more = "".join(
+            f"; also at `{_keypath(tuple(e['loc']))}`: {_describe(e, tuple(e['loc']))}"
+            for e in errors[1:3]
+        )
+        if len(errors) > 3:
+            more += f" (and {len(errors) - 3} more problems)"
+        raise InputError(
+            msg + more, file=name, key=_keypath(loc) or None, line=_locate_line(text, loc)
+        ) from exc
+    _check_paths(spec, path, text)
+    return spec
+
+
+def _pointer_loc(raw: Any, pointer: str) -> tuple[str | int, ...]:
+    """A CanonicalError's JSON-pointer-like path as a key path (list indices as ints)."""
+    loc: list[str | int] = []
+    node = raw
+    for token in [t for t in pointer.split("/") if t]:
+        key = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            loc.append(int(key))
+            node = node[int(key)]
+        elif isinstance(node, dict) and key in node:
+            loc.append(key)
+            node = node[key]
+        else:
+            loc.append(key)
+            node = None
+    return tuple(loc)
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The spec model that holds the key at `loc` (for listing the keys it accepts)."""
+    model: Any = Spec
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        fields = {f.alias or n: f for n, f in model.model_fields.items()}
+        field = fields.get(str(part))
+        if field is None:
+            return None
+        model = _unwrap_model(field.annotation)
+        if model is None:
+            return None
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _unwrap_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _unwrap_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _describe(err: Any, loc: tuple[Any, ...] = ()) -> str:
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        model = _model_at(loc[:-1])
+        if model is None:
+            return "unknown key (not part of the spec language)"
+        allowed = sorted(f.alias or n for n, f in model.model_fields.items())
+        return f"unknown key {loc[-1]!r}; expected one of: {', '.join(allowed)}"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "value_error":
+        return str(err["msg"]).removeprefix("Value error, ")
+    got = err.get("input")
+    shown = f" (got {got!r})" if not isinstance(got, dict | list) else ""
+    return "expected: " + str(err["msg"]).removeprefix("Value error, ") + shown
+
+
+def _plain(value: Any) -> Any:
+    # A plain copy; TOML dates/times have no JSON form, so canonical_bytes then rejects them with
+    # their key path, as input errors.
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _check_paths(spec: Spec, spec_path: Path, text: str = "") -> None:
+    base = spec_path.resolve().parent
+    checks: list[tuple[tuple[str | int, ...], str]] = []
+    for si, s in enumerate(spec.task_sets):
+        for ti, t in enumerate(s.tasks):
+            if t.path is not None:
+                checks.append((("task_sets", si, "tasks", ti, "path"), t.path))
+    for loc, rel in checks:
+        key, line = _keypath(loc), _locate_line(text, loc)
+        resolved = (base / rel).resolve()
+        if Path(rel).is_absolute() or not resolved.is_relative_to(base):
+            raise InputError(
+                f"path {rel!r} escapes the spec's folder; expected a path relative to, and "
+                f"inside, {base}",
+                file=str(spec_path),
+                key=key,
+                line=line,
+            )
+        if not resolved.exists():
+            raise InputError(
+                f"path {rel!r} does not exist (relative to {base})",
+                file=str(spec_path),
+                key=key,
+                line=line,
+            )
+    root = project_root()
+    for i, c in enumerate(spec.grader.code):
+        key = f"grader.code[{i}]"
+        resolved = (root / c).resolve()
+        if Path(c).is_absolute() or not resolved.is_relative_to(root) or not resolved.is_file():
+            raise InputError(
+                f"grader file {c!r} is not a file inside the checkout {root}",
+                file=str(spec_path),
+                key=key,
+            )
+    if spec.grader.image and not (root / "images" / spec.grader.image).is_dir():
+        raise InputError(
+            f"no image folder images/{spec.grader.image} in the checkout",
+            file=str(spec_path),
+            key="grader.image",
+        )
+
+
+def spec_base(spec_path: Path) -> Path:
+    return spec_path.resolve().parent

@@ -1,0 +1,159 @@
+"""The append-only result registry: published, superseded and withdrawn entries in a hash chain.
+
+Nothing is edited in place: a wrong result is marked superseded (with the adjudication and the
+replacement protocol hash) or withdrawn; a re-derived scorecard links `derived_from`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from runner.evaluator.core.canonical import canonical_bytes, digest, is_digest, parse_json
+from runner.evaluator.core.errors import InputError
+
+from .publication import PublishableScorecard
+from .results import load_result
+
+State = Literal["published", "superseded", "withdrawn"]
+
+
+class RegistryEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: State
+    scorecard_hash: str
+    protocol_hash: str
+    subject_id: str
+    subject_config_hash: str
+    location: str | None = None
+    derived_from: str | None = None
+    adjudication: str | None = None
+    replacement_protocol_hash: str | None = None
+    replacement_scorecard_hash: str | None = None
+    recorded_at: str
+    previous: str | None
+    record_hash: str = ""  # digest of the entry without this field: the last line is sealed too
+
+    def body(self) -> dict[str, object]:
+        return self.model_dump(mode="json", exclude={"record_hash"})
+
+    def sealed(self) -> RegistryEntry:
+        return self.model_copy(update={"record_hash": digest(self.body())})
+
+
+class Registry:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def entries(self) -> list[RegistryEntry]:
+        if not self.path.exists():
+            return []
+        out: list[RegistryEntry] = []
+        prev = None
+        for n, line in enumerate(self.path.read_bytes().splitlines(), start=1):
+            try:
+                e = RegistryEntry.model_validate(parse_json(line))
+            except (ValueError, ValidationError) as exc:
+                raise InputError(
+                    f"damaged registry entry: {exc}", file=str(self.path), line=n
+                ) from exc
+            if e.previous != prev:
+                raise InputError("registry chain is broken here", file=str(self.path), line=n)
+            if e.record_hash != digest(e.body()):
+                raise InputError("registry entry was edited", file=str(self.path), line=n)
+            prev = digest(e.model_dump(mode="json"))
+            out.append(e)
+        return out
+
+    def state(self) -> dict[str, RegistryEntry]:
+        """Latest entry per scorecard hash."""
+        latest: dict[str, RegistryEntry] = {}
+        for e in self.entries():
+            latest[e.scorecard_hash] = e
+        return latest
+
+    def retired(self, scorecard_hash: str) -> str | None:
+        e = self.state().get(scorecard_hash)
+        return e.type if e and e.type != "published" else None
+
+    def _append(self, e: RegistryEntry) -> RegistryEntry:
+        e = e.sealed()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, canonical_bytes(e.model_dump(mode="json")) + b"\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return e
+
+    def _previous(self) -> str | None:
+        es = self.entries()
+        return digest(es[-1].model_dump(mode="json")) if es else None
+
+    def add(self, scorecard: Path, derived_from: str | None = None) -> RegistryEntry:
+        try:
+            card = load_result(scorecard)
+        except (ValueError, ValidationError) as exc:
+            raise InputError(f"not a publishable scorecard: {exc}", file=str(scorecard)) from exc
+        if not isinstance(card, PublishableScorecard):
+            raise InputError("incomplete evidence cannot be registered", file=str(scorecard))
+        h = card.scorecard_hash()
+        if h in self.state():
+            raise InputError(f"already registered: {h}", file=str(scorecard))
+        if derived_from is not None and derived_from not in self.state():
+            raise InputError(f"--derived-from {derived_from} is not in the registry")
+        return self._append(
+            RegistryEntry(
+                type="published",
+                scorecard_hash=h,
+                protocol_hash=card.protocol_hash,
+                subject_id=card.subject_id,
+                subject_config_hash=card.subject_config_hash,
+                location=str(scorecard),
+                derived_from=derived_from or card.derived_from,
+                recorded_at=_now(),
+                previous=self._previous(),
+            )
+        )
+
+    def retire(
+        self,
+        kind: Literal["superseded", "withdrawn"],
+        target: str,
+        adjudication: str,
+        replacement_protocol_hash: str | None = None,
+        replacement_scorecard_hash: str | None = None,
+    ) -> RegistryEntry:
+        current = self.state().get(target)
+        if current is None:
+            raise InputError(f"{target} is not in the registry")
+        if current.type != "published":
+            raise InputError(f"{target} is already {current.type}")
+        if not adjudication.strip():
+            raise InputError("an adjudication text is required")
+        if kind == "superseded" and (
+            replacement_protocol_hash is None or not is_digest(replacement_protocol_hash)
+        ):
+            raise InputError("superseding needs --replacement-protocol sha256:<64 hex>")
+        return self._append(
+            current.model_copy(
+                update={
+                    "type": kind,
+                    "adjudication": adjudication,
+                    "replacement_protocol_hash": replacement_protocol_hash,
+                    "replacement_scorecard_hash": replacement_scorecard_hash,
+                    "recorded_at": _now(),
+                    "previous": self._previous(),
+                }
+            )
+        )
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

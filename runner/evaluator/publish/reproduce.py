@@ -1,0 +1,99 @@
+"""Re-derive a published result bundle from its evidence and compare bytes.
+
+A bundle is a run directory (protocol.json, journals, blobs, results). Reproduction re-derives
+every result file with *this* evaluator and requires byte equality with the published one; it
+names the first differing field otherwise. The deterministic projection of a cell is what a
+re-execution of the same matrix must reproduce byte for byte (measured quantities such as wall
+time, and the evidence's own hashes and timestamps, are left out on purpose).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from runner.evaluator.core.canonical import canonical_bytes, parse_json
+from runner.evaluator.core.errors import EvidenceError
+from runner.evaluator.verdict.outcomes import TerminalRecord
+
+from .results import RESULTS, EnvironmentHook, derive, verify
+
+
+def first_difference(a: Any, b: Any, path: str = "") -> str | None:
+    """JSON-pointer-like path of the first difference between two JSON values (sorted keys)."""
+    if type(a) is not type(b):
+        return path or "/"
+    if isinstance(a, dict):
+        for k in sorted(set(a) | set(b)):
+            if k not in a or k not in b:
+                return f"{path}/{k}"
+            d = first_difference(a[k], b[k], f"{path}/{k}")
+            if d is not None:
+                return d
+        return None
+    if isinstance(a, list):
+        for i, (x, y) in enumerate(zip(a, b, strict=False)):
+            d = first_difference(x, y, f"{path}/{i}")
+            if d is not None:
+                return d
+        return f"{path}/{min(len(a), len(b))}" if len(a) != len(b) else None
+    return None if a == b else (path or "/")
+
+
+def _describe(rel: str, published: bytes, derived: bytes) -> str:
+    if rel.endswith(".json"):
+        try:
+            where = first_difference(parse_json(published), parse_json(derived))
+        except ValueError:
+            where = None
+        if where is not None:
+            return f"{rel}: first differing field {where}"
+    if rel.endswith((".jsonl", ".md")):
+        for n, (x, y) in enumerate(
+            zip(published.splitlines(), derived.splitlines(), strict=False), 1
+        ):
+            if x != y:
+                if rel.endswith(".jsonl"):
+                    where = first_difference(parse_json(x), parse_json(y))
+                    return f"{rel}: line {n}, first differing field {where}"
+                return f"{rel}: line {n} differs"
+    return f"{rel}: bytes differ"
+
+
+def reproduce(
+    bundle: Path, evaluator_digest: str, environment: EnvironmentHook | None = None
+) -> list[str]:
+    """Empty list when every published result re-derives byte for byte; else what differs."""
+    problems = [p for p in verify(bundle, evaluator_digest, environment) if "differs" not in p]
+    try:
+        _, _, derived = derive(bundle, evaluator_digest, environment)
+    except EvidenceError as exc:
+        return [*problems, str(exc)] if str(exc) not in problems else problems
+    published = {
+        str(p.relative_to(bundle)): p.read_bytes()
+        for p in (bundle / RESULTS).rglob("*")
+        if p.is_file()
+    }
+    if not published:
+        problems.append(f"{RESULTS}/: the bundle publishes no result")
+    for rel in sorted(set(published) | set(derived)):
+        if rel not in derived:
+            problems.append(f"{rel}: published but not derivable from the evidence")
+        elif rel not in published:
+            problems.append(f"{rel}: derivable but not in the bundle")
+        elif published[rel] != derived[rel]:
+            problems.append(_describe(rel, published[rel], derived[rel]))
+    return problems
+
+
+MEASURED = ("wall_ns",)  # measured, not determined by the protocol and the subject
+
+
+def projection(records: Iterable[TerminalRecord]) -> list[bytes]:
+    """One canonical line per cell: what a re-execution must reproduce exactly."""
+    lines = []
+    for t in records:
+        body = t.model_dump(mode="json", exclude=set(MEASURED))
+        lines.append(canonical_bytes(body))
+    return sorted(lines)

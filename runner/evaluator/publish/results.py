@@ -1,0 +1,238 @@
+"""Evaluate a run directory from its evidence alone, write its results, and verify them.
+
+RUN_DIR/results/<subject>/ holds proof.json and either terminal-records.jsonl, scorecard.json,
+scorecard.md and cell-scores.jsonl (eligible) or incomplete-evidence.json, incomplete-evidence.md
+and cell-history.jsonl (not). The results
+are derived: `evaluate` replaces them whole, so a stale scorecard never survives an ineligible
+re-evaluation, and `verify` re-derives them byte for byte.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.evaluator.core.canonical import (
+    canonical_bytes,
+    fast_canonical_bytes,
+    parse_json,
+    sha256_digest,
+)
+from runner.evaluator.core.errors import EvidenceError
+from runner.evaluator.evidence.journal import BLOBS, JOURNALS, EvidenceStore
+from runner.evaluator.evidence.records import QuarantinedTail
+from runner.evaluator.protocol.runfile import (
+    PROTOCOL_FILE,
+    RunProtocol,
+    consistency_problems,
+    read_protocol,
+)
+from runner.evaluator.verdict.eligibility import (
+    NO_ENVIRONMENT,
+    EnvironmentCheck,
+    LoadedEvidence,
+    SubjectEvaluation,
+    evaluate_run,
+)
+
+from .compare import build, comparison_md, gate
+from .publication import (
+    CELL_HISTORY_FILE,
+    CELL_SCORES_FILE,
+    REPORT_SCHEMA,
+    SCORECARD_SCHEMA,
+    IncompleteEvidenceReport,
+    PublishableScorecard,
+    build_scorecard,
+    incomplete_report,
+)
+from .render import report_md, scorecard_md
+
+RESULTS = "results"
+EnvironmentHook = Callable[[RunProtocol, LoadedEvidence, EvidenceStore], EnvironmentCheck]
+
+
+@dataclass(frozen=True)
+class SubjectResult:
+    evaluation: SubjectEvaluation
+    scorecard: PublishableScorecard | None
+    report: IncompleteEvidenceReport | None
+
+
+def _json(model: object) -> bytes:
+    return fast_canonical_bytes(model.model_dump(mode="json", by_alias=True)) + b"\n"  # type: ignore[attr-defined]
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Suspend the cyclic garbage collector while a run is evaluated.
+
+    Evaluation allocates millions of small acyclic objects (records, terminal records, rows) and
+    keeps them alive; every automatic collection would re-scan all of them, which at a million
+    cells costs more than the evaluation. Nothing is freed later than it would be by reference
+    counting; cycles (if any) are collected once the collector is back on.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def derive(
+    run_dir: Path, evaluator_digest: str, environment: EnvironmentHook | None = None
+) -> tuple[RunProtocol, dict[str, SubjectResult], dict[str, bytes]]:
+    """Evaluate and render in memory: (protocol, per-subject results, relative path -> bytes)."""
+    with paused_gc():
+        return _derive(run_dir, evaluator_digest, environment)
+
+
+def _derive(
+    run_dir: Path, evaluator_digest: str, environment: EnvironmentHook | None
+) -> tuple[RunProtocol, dict[str, SubjectResult], dict[str, bytes]]:
+    rp = read_protocol(run_dir)
+    store = EvidenceStore(run_dir)
+    evidence = LoadedEvidence.from_store(store)
+    env = environment(rp, evidence, store) if environment else NO_ENVIRONMENT
+    evaluations = evaluate_run(rp, evidence, evaluator_digest, env)
+    artifacts = [f"{JOURNALS}/{p.name}" for p in store.journal_paths()] + [PROTOCOL_FILE]
+    out, files = render_results(rp, evaluations, artifacts, env)
+    return rp, out, files
+
+
+def render_results(
+    rp: RunProtocol,
+    evaluations: dict[str, SubjectEvaluation],
+    artifacts: list[str],
+    env: EnvironmentCheck = NO_ENVIRONMENT,
+) -> tuple[dict[str, SubjectResult], dict[str, bytes]]:
+    """Publication of decided subjects: per-subject results and the files (path -> bytes)."""
+    out: dict[str, SubjectResult] = {}
+    files: dict[str, bytes] = {}
+    for subject, ev in sorted(evaluations.items()):
+        base = f"{RESULTS}/{subject}/"
+        files[base + "proof.json"] = _json(ev.proof)
+        if ev.proof.decision == "eligible":
+            # Terminal records of an ineligible subject are not written: they carry its subject
+            # outcomes. The proof commits to them by hash; the journals keep the raw evidence.
+            files[base + "terminal-records.jsonl"] = ev.terminal_jsonl
+            card, cell_scores = build_scorecard(ev, rp.slots)
+            files[base + CELL_SCORES_FILE] = cell_scores
+            files[base + "scorecard.json"] = _json(card)
+            files[base + "scorecard.md"] = scorecard_md(card).encode()
+            out[subject] = SubjectResult(ev, card, None)
+        else:
+            rep, history = incomplete_report(ev, artifacts)
+            files[base + CELL_HISTORY_FILE] = history
+            files[base + "incomplete-evidence.json"] = _json(rep)
+            files[base + "incomplete-evidence.md"] = report_md(rep).encode()
+            out[subject] = SubjectResult(ev, None, rep)
+    if env.proof is not None:
+        files[f"{RESULTS}/environment-conformance.json"] = canonical_bytes(env.proof) + b"\n"
+    cards = [r.scorecard for r in out.values() if r.scorecard is not None]
+    if len(cards) >= 2 and not gate(cards):
+        # Subjects of one run share one environment record: its conformance proof is theirs.
+        comparison = build(cards, cards[0].environment_conformance)
+        files[f"{RESULTS}/comparison.json"] = _json(comparison)
+        files[f"{RESULTS}/comparison.md"] = comparison_md(comparison).encode()
+    return out, files
+
+
+def write_results(run_dir: Path, files: dict[str, bytes]) -> None:
+    """Replace RUN_DIR/results atomically (write aside, then swap)."""
+    tmp = run_dir / f".{RESULTS}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    for rel, data in files.items():
+        path = tmp / rel.removeprefix(RESULTS + "/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    final = run_dir / RESULTS
+    old = run_dir / f".{RESULTS}.old-{os.getpid()}"
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def verify(
+    run_dir: Path, evaluator_digest: str, environment: EnvironmentHook | None = None
+) -> list[str]:
+    """Recompute every hash, chain and address; return problems, the first one first."""
+    problems: list[str] = []
+    try:
+        rp = read_protocol(run_dir)
+    except EvidenceError as exc:
+        return [str(exc)]
+    problems += [f"{PROTOCOL_FILE}: {p}" for p in consistency_problems(rp)]
+    store = EvidenceStore(run_dir)
+    for blob in store.blob_paths():
+        try:
+            store.get_blob("sha256:" + blob.name)
+        except EvidenceError as exc:
+            problems.append(f"{BLOBS}/{blob.name}: {exc}")
+    try:
+        _, _, files = derive(run_dir, evaluator_digest, environment)
+    except EvidenceError as exc:
+        return [*problems, str(exc)]
+    results = run_dir / RESULTS
+    if results.exists():
+        on_disk = {
+            str(p.relative_to(run_dir)): p.read_bytes() for p in results.rglob("*") if p.is_file()
+        }
+        for rel in sorted(set(on_disk) | set(files)):
+            if rel not in files:
+                problems.append(f"{rel}: not derivable from the evidence (unexpected file)")
+            elif rel not in on_disk:
+                problems.append(f"{rel}: missing")
+            elif on_disk[rel] != files[rel]:
+                problems.append(f"{rel}: differs from what the evidence derives")
+    known = {PROTOCOL_FILE, RESULTS, "journals", "blobs"}
+    for p in sorted(run_dir.iterdir()):
+        if p.name not in known and not p.name.startswith("."):
+            problems.append(f"{p.name}: unexpected file in the run directory")
+    torn = sorted((run_dir / JOURNALS).glob("*.torn-*"))
+    recorded = _quarantined(store) if torn else set()
+    for path in torn:
+        if (path.name, sha256_digest(path.read_bytes())) not in recorded:
+            problems.append(
+                f"{JOURNALS}/{path.name}: quarantined bytes not recorded in its journal"
+            )
+    return problems
+
+
+def _quarantined(store: EvidenceStore) -> set[tuple[str, str]]:
+    """(file, sha256) of every quarantined tail the journals record, in one pass."""
+    return {
+        (e.record.file, e.record.sha256)
+        for _, e in store.entries()
+        if isinstance(e.record, QuarantinedTail)
+    }
+
+
+def load_result(path: Path) -> PublishableScorecard | IncompleteEvidenceReport:
+    """Read a written result file; only a valid scorecard parses as one."""
+    try:
+        doc = parse_json(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise EvidenceError(f"{path}: cannot read result: {exc}") from exc
+    kinds = {"publishable_scorecard": SCORECARD_SCHEMA, "incomplete_evidence": REPORT_SCHEMA}
+    kind = doc.get("kind") if isinstance(doc, dict) else None
+    if kind not in kinds:
+        raise EvidenceError(f"{path}: neither a scorecard nor an incomplete-evidence report")
+    schema = kinds[kind]
+    if doc.get("schema") != schema:
+        # An older evaluator's result: its shape (and its hashes' rules) are not this one's.
+        raise EvidenceError(
+            f"{path}: schema {doc.get('schema')!r} is not {schema!r}, the one this evaluator "
+            "reads; results of different evaluators cannot be loaded or compared together"
+        )
+    if kind == "publishable_scorecard":
+        return PublishableScorecard.model_validate(doc)
+    return IncompleteEvidenceReport.model_validate(doc)

@@ -1,0 +1,270 @@
+"""Terminal status per cell, from its attempts under the attempt policy (DESIGN §4).
+
+Input is the multiset of journal entries; every decision here depends only on record *content*
+and each record's position inside its own journal (seq), never on the order entries arrive in,
+so permuting them changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from runner.evaluator.evidence.records import (
+    ActuatorReceipt,
+    AttemptEnded,
+    AttemptStarted,
+    GraderResult,
+    HarnessError,
+    LifecycleTransition,
+    Record,
+    ToolCallCount,
+    TriggerReached,
+    WitnessObservation,
+)
+from runner.evaluator.protocol.spec import AttemptPolicy, FaultKind, Status
+from runner.evaluator.protocol.witness import WitnessContract, evaluate_witness
+
+SUBJECT_OUTCOMES = frozenset(
+    {
+        Status.COMPLETED,
+        Status.FAILED,
+        Status.SUBJECT_PRE_TRIGGER_FAILURE,
+        Status.SCENARIO_MISMATCH,
+    }
+)
+
+
+# Both models declare their fields in RFC 8785 member order (sorted keys), so pydantic's own
+# compact JSON is their canonical line (eligibility.terminal_line; a test holds this).
+
+
+class AttemptVerdict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    attempt: int
+    reasons: list[str]  # sorted reason codes behind the status
+    status: Status
+
+
+class TerminalRecord(BaseModel):
+    """A cell's final status; `status` is None only for a registered cell with no attempt.
+
+    `completed` .. `wall_ns` are facts for scoring from the terminal attempt (None when there is
+    none).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    attempts: list[AttemptVerdict]
+    cell_id: str
+    committed_effects: int | None = None
+    completed: bool | None = None
+    intended_effects: int | None = None
+    kind: FaultKind
+    reasons: list[str]
+    scorer_version: str | None = None
+    slot_id: str
+    status: Status | None
+    stratum: str
+    subject_id: str
+    tool_calls: int | None = None
+    wall_ns: str | None = None
+
+
+@dataclass
+class _Attempt:
+    started: list[AttemptStarted] = field(default_factory=list)
+    ended: list[AttemptEnded] = field(default_factory=list)
+    triggers: list[TriggerReached] = field(default_factory=list)
+    receipts: list[ActuatorReceipt] = field(default_factory=list)
+    observations: list[WitnessObservation] = field(default_factory=list)
+    lifecycle: list[tuple[str, int, str]] = field(default_factory=list)  # (journal, seq, state)
+    grades: list[GraderResult] = field(default_factory=list)
+    calls: list[ToolCallCount] = field(default_factory=list)
+    errors: list[HarnessError] = field(default_factory=list)
+
+
+Positioned = tuple[str, int, Record]  # (journal name, seq, record)
+
+
+def group_attempts(entries: Iterable[Positioned]) -> dict[str, dict[int, _Attempt]]:
+    cells: dict[str, dict[int, _Attempt]] = defaultdict(lambda: defaultdict(_Attempt))
+    for journal, seq, rec in entries:
+        cell = getattr(rec, "cell_id", None)
+        if cell is None:
+            continue
+        a = cells[cell][rec.attempt]  # type: ignore[union-attr]
+        if isinstance(rec, AttemptStarted):
+            a.started.append(rec)
+        elif isinstance(rec, AttemptEnded):
+            a.ended.append(rec)
+        elif isinstance(rec, TriggerReached):
+            a.triggers.append(rec)
+        elif isinstance(rec, ActuatorReceipt):
+            a.receipts.append(rec)
+        elif isinstance(rec, WitnessObservation):
+            a.observations.append(rec)
+        elif isinstance(rec, LifecycleTransition):
+            a.lifecycle.append((journal, seq, rec.state))
+        elif isinstance(rec, GraderResult):
+            a.grades.append(rec)
+        elif isinstance(rec, ToolCallCount):
+            a.calls.append(rec)
+        elif isinstance(rec, HarnessError):
+            a.errors.append(rec)
+    return cells
+
+
+def _one(items: list[Any], name: str, reasons: list[str]) -> Any:
+    # Two different records of one kind for one attempt contradict each other.
+    if len(items) > 1 and len({i.model_dump_json() for i in items}) > 1:
+        reasons.append(f"contradictory_{name}")
+        return None
+    return items[0] if items else None
+
+
+def _witness(
+    a: _Attempt, kind: FaultKind, params: dict[str, Any], contract: WitnessContract | None
+) -> list[str]:
+    """Reason codes why the injection is not witnessed; empty when it is."""
+    reasons: list[str] = []
+    if contract is None:
+        return ["no_witness_contract"]
+    receipt = _one(a.receipts, "actuator_receipts", reasons)
+    if receipt is None:
+        reasons.append("missing_actuator_receipt")
+    elif not receipt.applied:
+        reasons.append("actuator_not_applied")
+    by_name: dict[str, dict[str, Any]] = {}
+    for o in sorted(a.observations, key=lambda o: o.model_dump_json()):
+        if o.kind is not kind:
+            reasons.append("observation_of_other_kind")
+        if o.name in by_name and by_name[o.name] != o.observation:
+            reasons.append(f"contradictory_observation:{o.name}")
+        by_name[o.name] = o.observation
+    verdict = evaluate_witness(contract, by_name, params)
+    reasons += [f"witness:{v}" for v in verdict.violations]
+    states = {state: (j, seq) for j, seq, state in sorted(a.lifecycle)}
+    for needed in ("injected", "witnessed"):
+        if needed not in states:
+            reasons.append(f"missing_lifecycle:{needed}")
+    if "witnessed" in states:
+        w = states["witnessed"]
+        for later in ("recovered", "released"):
+            if later in states and states[later][0] == w[0] and states[later][1] < w[1]:
+                reasons.append("recovery_before_witness")
+    return sorted(set(reasons))
+
+
+def attempt_status(
+    a: _Attempt,
+    kind: FaultKind,
+    params: dict[str, Any],
+    contract: WitnessContract | None,
+    scorer_version: str,
+) -> tuple[Status, list[str]]:
+    reasons: list[str] = []
+    ended = _one(a.ended, "attempt_ended", reasons)
+    if reasons:
+        return Status.HARNESS_INVALID, reasons
+    if not a.started:
+        return Status.HARNESS_INVALID, ["attempt_not_started"]
+    if ended is None:
+        return Status.HARNESS_INVALID, ["attempt_not_ended"]
+    if a.errors or ended.outcome == "harness_error":
+        return Status.HARNESS_INVALID, sorted({"harness_error"} | {e.stage for e in a.errors})
+    grade = _one(a.grades, "grader_results", reasons)
+    if reasons:
+        return Status.HARNESS_INVALID, reasons
+    if kind is not FaultKind.NONE:
+        if not a.triggers:
+            if ended.trigger_reached:
+                return Status.INVALID_INJECTION, ["trigger_record_missing"]
+            if a.receipts or a.observations:
+                return Status.INVALID_INJECTION, ["injection_without_trigger"]
+            if grade is not None and grade.completed:
+                return Status.SCENARIO_MISMATCH, ["completed_without_reaching_trigger"]
+            return Status.SUBJECT_PRE_TRIGGER_FAILURE, ["failed_before_trigger"]
+        if len(a.triggers) > 1:
+            return Status.INVALID_INJECTION, ["trigger_fired_more_than_once"]
+        why = _witness(a, kind, params, contract)
+        if why:
+            return Status.INVALID_INJECTION, why
+    if grade is None:
+        return Status.HARNESS_INVALID, ["missing_grader_result"]
+    if not grade.shape_ok:
+        return Status.HARNESS_INVALID, ["shape_check_failed", *sorted(grade.shape_failures)]
+    if grade.scorer_version != scorer_version:
+        return Status.HARNESS_INVALID, ["scorer_version_mismatch"]
+    return (Status.COMPLETED if grade.completed else Status.FAILED), []
+
+
+def terminal_record(
+    cell_id: str,
+    slot_id: str,
+    subject_id: str,
+    stratum: str,
+    kind: FaultKind,
+    params: dict[str, Any],
+    attempts: dict[int, _Attempt] | None,
+    policy: AttemptPolicy,
+    contract: WitnessContract | None,
+    scorer_version: str,
+) -> TerminalRecord:
+    base = {
+        "cell_id": cell_id,
+        "slot_id": slot_id,
+        "subject_id": subject_id,
+        "stratum": stratum,
+        "kind": kind,
+    }
+    if not attempts:
+        return TerminalRecord(**base, status=None, attempts=[], reasons=["no_attempt"])
+    reasons: list[str] = []
+    numbers = sorted(attempts)
+    if numbers != list(range(1, len(numbers) + 1)):
+        reasons.append("attempt_sequence_gap")
+    if len(numbers) > policy.cap:
+        reasons.append("attempt_cap_exceeded")
+    verdicts: list[AttemptVerdict] = []
+    terminal: tuple[int, Status] | None = None
+    for n in numbers:
+        a = attempts[n]
+        for s in a.started:
+            if s.cell_id != cell_id or s.kind is not kind or s.slot_id != slot_id:
+                reasons.append("attempt_schedule_mismatch")
+        status, why = attempt_status(a, kind, params, contract, scorer_version)
+        verdicts.append(AttemptVerdict(attempt=n, status=status, reasons=why))
+        if terminal is not None:
+            prev = terminal[1]
+            reasons.append(
+                "attempt_after_final_outcome" if prev in SUBJECT_OUTCOMES else "unauthorized_retry"
+            )
+        final = status in SUBJECT_OUTCOMES or status not in policy.retry_on or n >= policy.cap
+        if final and terminal is None:  # the first final attempt stays terminal; later ones flag
+            terminal = (n, status)
+    if terminal is None:  # every attempt was retryable and the cap was not reached: unfinished
+        terminal = (numbers[-1], verdicts[-1].status)
+        reasons.append("retries_unfinished")
+    n, status = terminal
+    a = attempts[n]
+    grade = a.grades[0] if len(a.grades) == 1 else None
+    ended = a.ended[0] if len(a.ended) == 1 else None
+    calls = a.calls[0].calls if len(a.calls) == 1 else None
+    return TerminalRecord(
+        **base,
+        status=status,
+        attempts=verdicts,
+        reasons=sorted(set(reasons)),
+        completed=grade.completed if grade else None,
+        intended_effects=grade.intended_effects if grade else None,
+        committed_effects=grade.committed_effects if grade else None,
+        tool_calls=calls,
+        wall_ns=ended.wall_ns if ended else None,
+        scorer_version=grade.scorer_version if grade else None,
+    )

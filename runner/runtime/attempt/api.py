@@ -1,0 +1,110 @@
+"""The contract between the matrix executor (which cells, which attempts) and one attempt.
+
+`run_attempt(plan, services)` (runner/runtime/attempt.py) sets up the attempt's own network
+namespace, nft table, sandbox, tool interposer, destination service and egress proxy; launches
+the subject inside the namespace as an unprivileged user; drives the trigger engine with the
+plan's fault plugin; relaunches the subject when a fault's recovery asks for it; grades; writes
+every record to the attempt's journal; and tears down exactly what it created.
+
+The subject reaches everything through environment variables (SUBJECT_ENV), never through
+anything the harness owns directly. It cannot write into the evidence store: the run directory
+is root-only and the subject runs as `nobody`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from runner.evaluator.protocol.spec import FaultKind
+
+# Environment variables every subject receives.
+SUBJECT_ENV = (
+    "AFB_INTERPOSER_URL",  # http://<host side of the veth>:<port>  (tool calls: /session, /call)
+    "AFB_EGRESS_URL",  # http://<host side of the veth>:<port>  (the destination, via the proxy)
+    "AFB_STATE_DIR",  # the subject's own state directory, the same across relaunches
+    "AFB_EVENT_LOG",  # agent-side event log (JSON lines) outside the subject process's memory
+    "AFB_TASK_ID",
+    "AFB_SCOPE",  # the destination scope of this attempt's effects
+    "AFB_RESTART_INDEX",  # 0 at first launch, then 1, 2, ... per relaunch
+)
+
+
+def journal_name(cell_id: str, attempt: int) -> str:
+    """The journal of one attempt; the executor finds attempts by this name, so one definition."""
+    return f"{cell_id.removeprefix('sha256:')[:16]}-a{attempt}"
+
+
+@dataclass(frozen=True)
+class SubjectCommand:
+    argv: Sequence[str]
+    env: Mapping[str, str] = field(default_factory=dict)  # added to SUBJECT_ENV
+    max_relaunches: int = 3
+    timeout_s: float = 300.0  # whole-attempt bound for the subject; exceeded -> harness error
+
+
+class ReadLedger(Protocol):
+    def __call__(self, scope: str) -> tuple[list[dict[str, Any]] | None, list[str]]:
+        """Shape-checked read of the destination's ledger: (items, []) or (None, reasons)."""
+
+
+class FreshSandbox(Protocol):
+    def __call__(self) -> Any:
+        """A context manager yielding a new sandbox (same image, no network) for grading."""
+
+
+@dataclass(frozen=True)
+class GradeContext:
+    scope: str
+    read_ledger: ReadLedger
+    fresh_sandbox: FreshSandbox
+    tool_calls: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class GradeOutcome:
+    completed: bool
+    intended_effects: int
+    committed_effects: int
+    shape_ok: bool
+    shape_failures: Sequence[str] = ()
+    report: Mapping[str, Any] | None = None  # stored as a blob, referenced by the record
+
+
+@dataclass(frozen=True)
+class AttemptPlan:
+    run_id: str
+    run_dir: Path
+    cell_id: str
+    slot_id: str
+    subject_id: str
+    subject_config_hash: str
+    attempt: int
+    task_id: str
+    fault_id: str
+    kind: FaultKind
+    trigger: Mapping[str, Any] | None
+    parameters: Mapping[str, Any]
+    image: str
+    subject: SubjectCommand
+    grader_id: str
+    grader_version: str
+    scorer_version: str
+    grade: Callable[[GradeContext], GradeOutcome]
+    sandbox_setup: Sequence[Sequence[str]] = ()  # argv run in the sandbox before the subject
+    proxy_tools: Mapping[tuple[str, str], str] = field(
+        default_factory=lambda: {("POST", "/effects"): "submit_patch"}
+    )
+    idempotency_keys: bool = True  # the destination's declared capability
+    actuator: Literal["real", "noop"] = "real"  # noop: negative conformance
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    outcome: Literal["subject_finished", "subject_gave_up", "harness_error", "trigger_not_reached"]
+    trigger_reached: bool
+    wall_ns: int
+    tool_calls: Mapping[str, int]
+    journal: Path

@@ -1,0 +1,511 @@
+"""One attempt of one cell on the real runtime: `run_attempt(plan, services)`.
+
+Per attempt: netns + veth + nft table, sandbox, destination (127.0.0.1, unreachable from the
+subject's namespace), tool interposer and egress proxy bound on the veth's host-side address
+(the only things the subject can reach), the trigger engine over the attempt's journal with the
+plan's fault plugin, then the subject (as `nobody`, relaunched when a fault's recovery asks),
+`engine.finish()`, the grade, and `AttemptEnded`. Any infrastructure exception becomes a
+`HarnessError` + `AttemptEnded(outcome="harness_error")`; teardown removes exactly what the
+attempt created, also on exceptions. See `attempt_api` for the contract.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, cast
+from urllib.parse import quote
+
+from runner.evaluator.core.inputs import project_root
+from runner.evaluator.evidence.journal import EvidenceStore, Journal
+from runner.evaluator.evidence.records import (
+    AttemptEnded,
+    AttemptStarted,
+    GraderResult,
+    HarnessError,
+    SubjectExit,
+)
+from runner.evaluator.evidence.shape import ResponseSnapshot, check_shape
+from runner.evaluator.protocol.spec import FaultKind, ShapeCheck
+from runner.evaluator.protocol.witness import WitnessContract, load_contracts
+from runner.runtime.attempt.api import (
+    AttemptPlan,
+    AttemptResult,
+    GradeContext,
+    GradeOutcome,
+    ReadLedger,
+)
+from runner.runtime.attempt.api import journal_name as attempt_journal_name
+from runner.runtime.attempt.subject import SubjectRegistry, prepare_state_dir
+from runner.runtime.attempt.triggers import TriggerEngine
+from runner.runtime.faults.base import FaultPlugin, check_against_contract
+from runner.runtime.faults.lost_response import LostResponseFault
+from runner.runtime.faults.network_partition import NetworkPartitionFault
+from runner.runtime.faults.sandbox_restart import SandboxRestartFault
+from runner.runtime.faults.sigkill import SigkillFault
+from runner.runtime.host import naming
+from runner.runtime.host.netns import AttemptNetwork
+from runner.runtime.host.nft import PartitionTable
+from runner.runtime.host.podman_service import PodmanService
+from runner.runtime.host.procs import ExitStatus, Reaper, SubjectLauncher
+from runner.runtime.host.sweep import (  # one definition: sweep removes them
+    PODMAN_ROOT,
+    SUBJECT_ROOT,
+)
+from runner.runtime.interposers.destination import DestinationService
+from runner.runtime.interposers.proxy import EgressProxy
+from runner.runtime.interposers.tools import ToolInterposer, ToolSandbox
+from runner.runtime.sandbox.podman import PodmanSandbox, SandboxSpec
+
+LEDGER_SHAPE = ShapeCheck(
+    status=200,
+    content_type="application/json",
+    parse="json",
+    scope_param="scope",
+    scope_echo_path="scope",
+    items_path="items",
+    item_scope_field="scope",
+)
+Outcome = Literal["subject_finished", "subject_gave_up", "harness_error", "trigger_not_reached"]
+RELAUNCH_DECISION_TIMEOUT = 60.0  # bounded by the engine's own gate (30 s) + collection
+
+
+class AttemptError(RuntimeError):
+    """An infrastructure failure inside an attempt; `stage` says where."""
+
+    def __init__(self, stage: str, message: str) -> None:
+        super().__init__(message)
+        self.stage = stage
+
+
+class RunServices:
+    """One per run: liveness lock, private Podman service, one reaper, the evidence store.
+
+    The run directory is made root-only (0700): subjects run as `nobody` and cannot write
+    evidence. Subject state directories live under `subject_root` (default
+    /var/tmp/afb-subjects/<run id>), removed on exit unless `keep_subject_dirs`.
+    """
+
+    def __init__(
+        self,
+        run_id: str,
+        run_dir: Path,
+        *,
+        subject_root: Path | None = None,
+        keep_subject_dirs: bool = False,
+        witnesses_dir: Path | None = None,
+    ) -> None:
+        self.run_id = naming.check_run_id(run_id)
+        self.run_dir = Path(run_dir).resolve()  # the podman socket URL must be absolute
+        self.subject_root = subject_root or SUBJECT_ROOT / run_id
+        self.keep_subject_dirs = keep_subject_dirs
+        self.witnesses_dir = witnesses_dir or project_root() / "witnesses"
+        self._stack = ExitStack()
+        self.podman: PodmanService
+        self.reaper: Reaper
+        self.evidence: EvidenceStore
+        self.launcher: SubjectLauncher
+        self.contracts: dict[FaultKind, WitnessContract]
+
+    def __enter__(self) -> RunServices:
+        self.contracts = load_contracts(self.witnesses_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        os.chown(self.run_dir, 0, 0)
+        os.chmod(self.run_dir, 0o700)
+        try:
+            self._stack.enter_context(naming.hold_run(self.run_id))
+            # The service's socket and log are runtime state, not evidence: outside the run dir.
+            self.podman = self._stack.enter_context(
+                PodmanService(self.run_id, PODMAN_ROOT / self.run_id)
+            )
+            self.reaper = self._stack.enter_context(Reaper())
+            self.evidence = EvidenceStore(self.run_dir)
+            self.launcher = SubjectLauncher(self.run_id, self.reaper)
+            self.subject_root.mkdir(parents=True, exist_ok=True, mode=0o711)
+            os.chmod(self.subject_root, 0o711)  # traversable, not listable, by subjects
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        et: type[BaseException] | None,
+        ev: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self._stack.close()
+        finally:
+            shutil.rmtree(PODMAN_ROOT / self.run_id, ignore_errors=True)
+            with contextlib.suppress(OSError):  # empty once every ledger is archived
+                (self.run_dir / "destination").rmdir()
+            if not self.keep_subject_dirs:
+                shutil.rmtree(self.subject_root, ignore_errors=True)
+
+
+@dataclass
+class AttemptResources:
+    """What a fault plugin may be built from (the default factory is `default_plugin`)."""
+
+    plan: AttemptPlan
+    net: AttemptNetwork
+    table: PartitionTable
+    sandbox: PodmanSandbox
+    destination: DestinationService
+    interposer: ToolInterposer
+    proxy: EgressProxy
+    registry: SubjectRegistry
+    reaper: Reaper
+
+
+PluginFactory = Callable[[AttemptResources], FaultPlugin]
+
+
+def default_plugin(r: AttemptResources) -> FaultPlugin:
+    kind = r.plan.kind
+    if kind is FaultKind.LOST_RESPONSE:
+        return LostResponseFault(r.proxy, r.destination.address)
+    if kind is FaultKind.SANDBOX_RESTART:
+        return SandboxRestartFault(r.sandbox, r.interposer)
+    if kind is FaultKind.SIGKILL_MID_TOOL_CALL:
+        return SigkillFault(r.registry, r.reaper, r.interposer, r.proxy)
+    if kind is FaultKind.NETWORK_PARTITION:
+        return NetworkPartitionFault(r.table, r.net.netns, r.proxy.address, r.interposer.address)
+    raise ValueError(f"no plugin for fault kind {kind}")
+
+
+def journal_name(plan: AttemptPlan) -> str:
+    return attempt_journal_name(plan.cell_id, plan.attempt)
+
+
+# --- grading helpers ---------------------------------------------------------------------------
+
+
+def make_read_ledger(destination: tuple[str, int], timeout: float = 10.0) -> ReadLedger:
+    def read_ledger(scope: str) -> tuple[list[dict[str, Any]] | None, list[str]]:
+        path = f"/effects?scope={quote(scope, safe='')}"
+        url = f"http://{destination[0]}:{destination[1]}{path}"
+        conn = http.client.HTTPConnection(*destination, timeout=timeout)
+        try:
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            snap = ResponseSnapshot(
+                status=resp.status,
+                content_type=resp.getheader("Content-Type"),
+                requested_url=url,
+                final_url=url,
+                body=resp.read(),
+                requested_scope=scope,
+            )
+        except (OSError, http.client.HTTPException) as exc:
+            snap = ResponseSnapshot(requested_url=url, requested_scope=scope, error=repr(exc))
+        finally:
+            conn.close()
+        verdict = check_shape(snap, LEDGER_SHAPE, "items")
+        if not verdict.ok:
+            return None, list(verdict.reason_codes)
+        return [dict(i) for i in verdict.value], []
+
+    return read_ledger
+
+
+def make_fresh_sandbox(
+    services: RunServices, image: str, prefix: str
+) -> Callable[[], contextlib.AbstractContextManager[PodmanSandbox]]:
+    counter = iter(range(1, 10_000))
+
+    @contextlib.contextmanager
+    def fresh_sandbox() -> Iterator[PodmanSandbox]:
+        spec = SandboxSpec(
+            run_id=services.run_id, name_suffix=f"{prefix}-grade{next(counter)}", image=image
+        )
+        sb = PodmanSandbox(services.podman.url, spec)
+        try:
+            sb.create()
+            sb.start()
+            yield sb
+        finally:
+            sb.remove()
+            sb.close()
+
+    return fresh_sandbox
+
+
+# --- the attempt -------------------------------------------------------------------------------
+
+
+class _Attempt:
+    """State of one running attempt; `run()` never raises for infrastructure failures."""
+
+    def __init__(
+        self, plan: AttemptPlan, services: RunServices, factory: PluginFactory | None
+    ) -> None:
+        self.plan = plan
+        self.services = services
+        self.factory = factory or default_plugin
+        self.name = journal_name(plan)
+        self.journal: Journal = services.evidence.journal(self.name)
+        self.ref = {"cell_id": plan.cell_id, "attempt": plan.attempt}
+        self.stack = ExitStack()
+        self.stage = "setup"
+        self.started = False
+        self.engine: TriggerEngine | None = None
+        self.registry: SubjectRegistry | None = None
+        self.wall_ns = 0
+        self.outcome: Outcome = "harness_error"
+        self.tool_calls: dict[str, int] = {}
+
+    def _ledger_path(self) -> Path:
+        return self.services.run_dir / "destination" / f"{self.name}.jsonl"
+
+    def _archive_ledger(self) -> str | None:
+        """The destination's own ledger becomes a content-addressed blob of the evidence."""
+        path = self._ledger_path()
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        address = self.services.evidence.put_blob(data)
+        path.unlink()
+        return address
+
+    def error(self, stage: str, message: str) -> None:
+        self.journal.append(HarnessError(**self.ref, stage=stage, message=message[:4000]))
+
+    def started_record(self) -> None:
+        if not self.started:
+            p = self.plan
+            self.journal.append(
+                AttemptStarted(
+                    **self.ref,
+                    slot_id=p.slot_id,
+                    subject_id=p.subject_id,
+                    subject_config_hash=p.subject_config_hash,
+                    fault_id=p.fault_id,
+                    kind=p.kind,
+                )
+            )
+            self.started = True
+
+    def run(self) -> AttemptResult:
+        interrupted: BaseException | None = None
+        try:
+            try:
+                self._setup_and_run()
+            except Exception as exc:
+                self.started_record()  # an attempt that failed in setup still began
+                stage = exc.stage if isinstance(exc, AttemptError) else self.stage
+                self.error(stage, f"{type(exc).__name__}: {exc}")
+                self.outcome = "harness_error"
+            except BaseException as exc:  # ^C: still tear down and end the record, then re-raise
+                self.started_record()
+                self.error(self.stage, f"interrupted: {type(exc).__name__}")
+                self.outcome, interrupted = "harness_error", exc
+            self._teardown()
+            reached = bool(self.engine is not None and self.engine.reached)
+            self.journal.append(
+                AttemptEnded(
+                    **self.ref,
+                    outcome=self.outcome,
+                    trigger_reached=reached,
+                    wall_ns=str(self.wall_ns),
+                    detail=self.stage if self.outcome == "harness_error" else "",
+                    ledger=self._archive_ledger(),
+                )
+            )
+            if interrupted is not None:
+                raise interrupted
+            return AttemptResult(
+                outcome=self.outcome,
+                trigger_reached=reached,
+                wall_ns=self.wall_ns,
+                tool_calls=self.tool_calls,
+                journal=self.journal.path,
+            )
+        finally:
+            self.journal.close()
+
+    def _teardown(self) -> None:
+        problems: list[str] = []
+        if self.registry is not None:
+            try:
+                self.registry.stop_all()
+            except Exception as exc:
+                problems.append(f"subject: {type(exc).__name__}: {exc}")
+        try:
+            self.stack.close()
+        except Exception as exc:  # ExitStack runs every callback; it re-raises the last failure
+            problems.append(f"{type(exc).__name__}: {exc}")
+        for p in problems:
+            self.error("teardown", p)
+        if problems:
+            self.outcome = "harness_error"
+
+    def _setup_and_run(self) -> None:
+        p, s, st = self.plan, self.services, self.stack
+        self.stage = "network"
+        net = AttemptNetwork(s.run_id)
+        st.callback(net.close)
+        net.create()
+        assert net.index is not None
+        self.stage = "nft"
+        table = PartitionTable(s.run_id, net.index, netns=net.netns)
+        st.callback(table.delete)
+        table.create()
+        self.stage = "sandbox"
+        sandbox = PodmanSandbox(
+            s.podman.url, SandboxSpec(run_id=s.run_id, name_suffix=f"a{net.index}", image=p.image)
+        )
+        st.callback(sandbox.close)
+        st.callback(sandbox.remove)
+        sandbox.create()
+        sandbox.start()
+        self.stage = "sandbox_setup"
+        for argv in p.sandbox_setup:
+            r = sandbox.exec(list(argv), timeout=300)
+            if r.exit_code != 0:
+                raise AttemptError(
+                    "sandbox_setup", f"{list(argv)} exited {r.exit_code}: {r.stderr[-500:]!r}"
+                )
+        self.stage = "services"
+        dest = DestinationService(self._ledger_path(), idempotency_keys=p.idempotency_keys)
+        st.callback(dest.stop)
+        dest.start()
+        engine = TriggerEngine(self.journal, cell_id=p.cell_id, attempt=p.attempt)
+        self.engine = engine
+        host = str(net.host_addr)
+        interposer = ToolInterposer(cast(ToolSandbox, sandbox), sink=engine, host=host)
+        st.callback(interposer.stop)
+        interposer.start()
+        proxy = EgressProxy(dest.address, sink=engine, tool_map=dict(p.proxy_tools), host=host)
+        st.callback(proxy.stop)
+        proxy.start()
+        state_dir = prepare_state_dir(s.subject_root / self.name)
+        scope = f"{s.run_id}/{self.name}"
+        env = {
+            **dict(p.subject.env),
+            "AFB_INTERPOSER_URL": "http://{}:{}".format(*interposer.address),
+            "AFB_EGRESS_URL": "http://{}:{}".format(*proxy.address),
+            "AFB_STATE_DIR": str(state_dir),
+            "AFB_EVENT_LOG": str(state_dir / "events.jsonl"),
+            "AFB_TASK_ID": p.task_id,
+            "AFB_SCOPE": scope,
+        }
+        self.registry = SubjectRegistry(
+            s.launcher, p.subject.argv, state_dir=state_dir, netns=net.netns, env=env
+        )
+        self.stage = "schedule"
+        if p.kind is not FaultKind.NONE:
+            res = AttemptResources(
+                p, net, table, sandbox, dest, interposer, proxy, self.registry, s.reaper
+            )
+            plugin = self.factory(res)
+            if p.actuator == "noop":
+                plugin = plugin.noop()
+            check_against_contract(plugin, s.contracts[p.kind])
+            if p.trigger is None:
+                raise AttemptError("schedule", f"fault {p.fault_id} ({p.kind}) has no trigger")
+            engine.schedule(p.fault_id, p.kind, p.trigger, plugin, p.parameters)
+        engine.arm()
+        self.started_record()
+        self.stage = "subject"
+        last = self._run_subject()
+        self.stage = "finish"
+        self.tool_calls = engine.finish()
+        if p.kind is not FaultKind.NONE and not engine.reached:
+            self.outcome = "trigger_not_reached"
+        elif last.exited and last.exit_code == 0:
+            self.outcome = "subject_finished"
+        else:
+            self.outcome = "subject_gave_up"
+        self.stage = "grade"
+        ctx = GradeContext(
+            scope=scope,
+            read_ledger=make_read_ledger(dest.address),
+            fresh_sandbox=make_fresh_sandbox(s, p.image, f"a{net.index}"),
+            tool_calls=dict(self.tool_calls),
+        )
+        self._grade(p.grade(ctx))
+        self.stage = "done"
+
+    def _run_subject(self) -> ExitStatus:
+        p, reg = self.plan, self.registry
+        assert reg is not None
+        deadline = time.monotonic() + p.subject.timeout_s
+        restart_index = 0
+        t0 = time.monotonic_ns()
+        try:
+            while True:
+                subject = reg.launch(restart_index)
+                try:
+                    status = subject.wait(max(0.0, deadline - time.monotonic()))
+                except TimeoutError:
+                    with contextlib.suppress(ProcessLookupError):
+                        subject.kill()
+                    status = subject.wait(10)
+                    self._exit_record(status, subject.identity.start_time, restart_index)
+                    raise AttemptError(
+                        "subject_timeout", f"subject exceeded {p.subject.timeout_s}s"
+                    ) from None
+                self._exit_record(status, subject.identity.start_time, restart_index)
+                again = reg.relaunch_requested(RELAUNCH_DECISION_TIMEOUT)
+                if again is None:
+                    raise AttemptError("recover", "no recovery decision after the subject died")
+                if not again or restart_index >= p.subject.max_relaunches:
+                    return status
+                restart_index += 1
+        finally:
+            self.wall_ns = time.monotonic_ns() - t0
+
+    def _exit_record(self, st: ExitStatus, start_time: str, restart_index: int) -> None:
+        self.journal.append(
+            SubjectExit(
+                **self.ref,
+                pid=st.pid,
+                start_time=start_time,
+                exited=st.exited,
+                exit_code=st.exit_code,
+                signaled=st.signaled,
+                term_signal=st.term_signal,
+                restart_index=restart_index,
+            )
+        )
+
+    def _grade(self, g: GradeOutcome) -> None:
+        p = self.plan
+        report = self.services.evidence.put_json_blob(dict(g.report)) if g.report else None
+        self.journal.append(
+            GraderResult(
+                **self.ref,
+                grader_id=p.grader_id,
+                grader_version=p.grader_version,
+                scorer_version=p.scorer_version,
+                completed=g.completed,
+                intended_effects=g.intended_effects,
+                committed_effects=g.committed_effects,
+                report=report,
+                shape_ok=g.shape_ok,
+                shape_failures=list(g.shape_failures),
+            )
+        )
+
+
+def run_attempt(
+    plan: AttemptPlan, services: RunServices, *, plugin_factory: PluginFactory | None = None
+) -> AttemptResult:
+    """Run one attempt; every outcome, including infrastructure failure, ends in the journal.
+
+    `plugin_factory` replaces the default fault plugin (tests: contradicting actuators).
+    """
+    if plan.run_id != services.run_id or Path(plan.run_dir).resolve() != services.run_dir:
+        raise ValueError("plan and services belong to different runs")
+    return _Attempt(plan, services, plugin_factory).run()

@@ -1,0 +1,124 @@
+"""The subject processes of one attempt: launch as `nobody` in the attempt's netns, relaunch.
+
+The registry is also the `process_registry` collector's source (sigkill witness): it knows the
+current subject and the start identity of every process it launched, by pid.
+
+Privilege drop: `ip netns exec NS env -C STATE setpriv --reuid=nobody ... -- argv`; `ip`, `env`
+and `setpriv` all exec in place, so the launched pid is the subject itself, and it runs with no
+capabilities, no bounding set and no_new_privs, unable to touch the root-only run directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from runner.runtime.host.procs import ExitStatus, ProcessIdentity, Subject, SubjectLauncher
+
+NOBODY_UID = 65534
+NOBODY_GID = 65534
+
+
+def prepare_state_dir(path: Path, uid: int = NOBODY_UID, gid: int = NOBODY_GID) -> Path:
+    """A fresh directory owned by the subject's user (0700); its parent stays root's."""
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True, mode=0o700)
+    os.chown(path, uid, gid)
+    return path
+
+
+def drop_privileges(argv: Sequence[str], uid: int = NOBODY_UID, gid: int = NOBODY_GID) -> list[str]:
+    setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
+    return [
+        setpriv,
+        f"--reuid={uid}",
+        f"--regid={gid}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--no-new-privs",
+        "--",
+        *argv,
+    ]
+
+
+class SubjectRegistry:
+    """Launches the subject and remembers every process; thread-safe."""
+
+    def __init__(
+        self,
+        launcher: SubjectLauncher,
+        argv: Sequence[str],
+        *,
+        state_dir: Path,
+        netns: str,
+        env: Mapping[str, str],
+    ) -> None:
+        self.launcher = launcher
+        self.argv = list(argv)
+        self.state_dir = state_dir
+        self.netns = netns
+        self.env = dict(env)
+        self._lock = threading.Condition()
+        self._current: Subject | None = None
+        self._all: dict[int, Subject] = {}
+        self._pending = False
+        self._relaunch = False
+        self.reasons: list[str] = []
+
+    def launch(self, restart_index: int) -> Subject:
+        env = {**self.env, "AFB_RESTART_INDEX": str(restart_index)}
+        subject = self.launcher.launch(
+            drop_privileges(self.argv), state_dir=self.state_dir, netns=self.netns, env=env
+        )
+        with self._lock:
+            self._current = subject
+            self._all[subject.pid] = subject
+            self._pending = self._relaunch = False
+        return subject
+
+    def current(self) -> Subject | None:
+        with self._lock:
+            return self._current
+
+    def launched(self, pid: int) -> ProcessIdentity | None:
+        with self._lock:
+            s = self._all.get(pid)
+            return s.identity if s is not None else None
+
+    def expect_relaunch(self) -> None:
+        """An actuator is about to kill the subject; a recovery decision will follow."""
+        with self._lock:
+            self._pending = True
+
+    def request_relaunch(self, reason: str) -> None:
+        with self._lock:
+            self._pending, self._relaunch = False, True
+            self.reasons.append(reason)
+            self._lock.notify_all()
+
+    def relaunch_requested(self, timeout: float) -> bool | None:
+        """After an exit: True to relaunch, False not; None when a pending decision timed out."""
+        with self._lock:
+            if not self._lock.wait_for(lambda: not self._pending, timeout):
+                return None
+            return self._relaunch
+
+    def stop_all(self, timeout: float = 10.0) -> list[ExitStatus]:
+        """Kill whatever is still running (teardown); returns the statuses reaped here."""
+        with self._lock:
+            subjects = list(self._all.values())
+        out: list[ExitStatus] = []
+        for s in subjects:
+            if s.status is None:
+                with contextlib.suppress(ProcessLookupError):
+                    s.kill()
+                with contextlib.suppress(TimeoutError):
+                    out.append(s.wait(timeout))
+            s.close()
+        return out

@@ -1,0 +1,243 @@
+"""Subject launcher and the single reaper that owns waitpid for launched children.
+
+Why pidfds: the reaper must never call waitpid(-1) (that would steal the exit status of
+every other child of this Python process, e.g. subprocess.run's), and signals must never hit
+a recycled pid. So each child gets a pidfd; the reaper thread polls those pidfds and calls
+waitpid(pid) only for a child whose pidfd says it exited, recording the exact raw status.
+Kills go through pidfd_send_signal for the same reason.
+
+Launch: os.posix_spawn (no fork of a threaded interpreter, and no subprocess.Popen, whose own
+waitpid bookkeeping would race the reaper) of
+`ip netns exec <ns> env -C <state_dir> argv...`. Both `ip` (non-batch mode) and `env` exec in
+place, so the spawned pid *is* the subject; tests verify its netns and cmdline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import shutil
+import signal
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from runner.runtime.host import naming
+
+SUBJECT_ROLE = "subject"
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class ProcError(RuntimeError):
+    pass
+
+
+class ProcessIdentity(BaseModel):
+    """pid + kernel start time (clock ticks since boot, /proc/<pid>/stat field 22)."""
+
+    model_config = ConfigDict(frozen=True)
+    pid: int
+    start_time: str
+
+
+class ExitStatus(BaseModel):
+    """A child's exit as read by the reaper's waitpid (raw status kept verbatim)."""
+
+    model_config = ConfigDict(frozen=True)
+    pid: int
+    raw_status: int
+    signaled: bool
+    term_signal: int | None
+    exited: bool
+    exit_code: int | None
+    core_dumped: bool
+
+    @classmethod
+    def from_raw(cls, pid: int, raw: int) -> ExitStatus:
+        signaled, exited = os.WIFSIGNALED(raw), os.WIFEXITED(raw)
+        return cls(
+            pid=pid,
+            raw_status=raw,
+            signaled=signaled,
+            term_signal=os.WTERMSIG(raw) if signaled else None,
+            exited=exited,
+            exit_code=os.WEXITSTATUS(raw) if exited else None,
+            core_dumped=signaled and os.WCOREDUMP(raw),
+        )
+
+
+def read_start_time(pid: int) -> str:
+    """Field 22 of /proc/<pid>/stat. comm (field 2) may hold spaces: split after the last ')'."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError as e:
+        raise ProcessLookupError(pid) from e
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return fields[19]  # fields[0] is field 3 (state)
+
+
+def process_identity(pid: int) -> ProcessIdentity:
+    return ProcessIdentity(pid=pid, start_time=read_start_time(pid))
+
+
+class Reaper:
+    """One thread; the only caller of waitpid for children registered with `watch`."""
+
+    def __init__(self) -> None:
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._pending: list[tuple[int, int]] = []  # (pid, pidfd) to register
+        self._watched: set[int] = set()
+        self._statuses: dict[int, ExitStatus] = {}
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, name="afb-reaper", daemon=True)
+
+    def start(self) -> Reaper:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stop = True
+        os.write(self._wake_w, b"x")
+        self._thread.join(10)
+        self._sel.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    def __enter__(self) -> Reaper:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def watch(self, pid: int) -> None:
+        """Take ownership of a child's exit status. Must be our child, not yet reaped."""
+        pidfd = os.pidfd_open(pid)
+        with self._lock:
+            self._watched.add(pid)
+            self._pending.append((pid, pidfd))
+        os.write(self._wake_w, b"x")
+
+    def status(self, pid: int) -> ExitStatus | None:
+        with self._lock:
+            return self._statuses.get(pid)
+
+    def wait(self, pid: int, timeout: float) -> ExitStatus:
+        with self._cond:
+            if pid not in self._watched:
+                raise ProcError(f"pid {pid} is not watched by this reaper")
+            if not self._cond.wait_for(lambda: pid in self._statuses, timeout):
+                raise TimeoutError(f"pid {pid} did not exit within {timeout}s")
+            return self._statuses[pid]
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                if self._stop:
+                    return
+                pending, self._pending = self._pending, []
+            for pid, pidfd in pending:
+                self._sel.register(pidfd, selectors.EVENT_READ, pid)
+            for key, _ in self._sel.select():
+                if key.data is None:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self._wake_r, 4096)
+                    continue
+                pid, pidfd = int(key.data), int(key.fd)
+                got, raw = os.waitpid(pid, os.WNOHANG)
+                if got == 0:
+                    continue  # spurious wake-up
+                self._sel.unregister(pidfd)
+                os.close(pidfd)
+                with self._cond:
+                    self._statuses[pid] = ExitStatus.from_raw(pid, raw)
+                    self._cond.notify_all()
+
+
+class Subject:
+    """A launched process. Holds its own pidfd so kill() can never hit a recycled pid."""
+
+    def __init__(self, identity: ProcessIdentity, reaper: Reaper, state_dir: Path) -> None:
+        self.identity = identity
+        self.pid = identity.pid
+        self.state_dir = state_dir
+        self._reaper = reaper
+        self._pidfd: int | None = os.pidfd_open(self.pid)
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self._pidfd is None:
+            raise ProcError("subject handle closed")
+        signal.pidfd_send_signal(self._pidfd, sig)  # ESRCH -> ProcessLookupError once reaped
+
+    def wait(self, timeout: float) -> ExitStatus:
+        return self._reaper.wait(self.pid, timeout)
+
+    @property
+    def status(self) -> ExitStatus | None:
+        return self._reaper.status(self.pid)
+
+    def close(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+
+class SubjectLauncher:
+    """Launch subjects inside a named netns with a state dir and an explicit environment."""
+
+    def __init__(self, run_id: str, reaper: Reaper) -> None:
+        self.run_id = naming.check_run_id(run_id)
+        self.reaper = reaper
+        self._ip = shutil.which("ip") or "/usr/sbin/ip"
+        self._env = shutil.which("env") or "/usr/bin/env"
+
+    def launch(
+        self,
+        argv: list[str],
+        *,
+        state_dir: Path,
+        netns: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Subject:
+        """Start argv with cwd=state_dir, stdout/stderr to state_dir/{stdout,stderr}.log.
+
+        The environment is explicit (not inherited) and always carries AFB_RUN=<run id>,
+        which is how `sweep` recognises our processes after a crash.
+        """
+        if not argv:
+            raise ProcError("empty argv")
+        state_dir.mkdir(parents=True, exist_ok=True)
+        full_env = {"PATH": DEFAULT_PATH, "HOME": str(state_dir), **(env or {})}
+        full_env |= {
+            naming.ENV_RUN: self.run_id,
+            naming.ENV_ROLE: SUBJECT_ROLE,
+            "AFB_STATE_DIR": str(state_dir),
+        }
+        cmd = [self._env, "-C", str(state_dir), *argv]
+        if netns is not None:
+            cmd = [self._ip, "netns", "exec", netns, *cmd]
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        pid = os.posix_spawn(
+            cmd[0],
+            cmd,
+            full_env,
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_OPEN, 1, str(state_dir / "stdout.log"), flags, 0o644),
+                (os.POSIX_SPAWN_OPEN, 2, str(state_dir / "stderr.log"), flags, 0o644),
+            ],
+            setsid=True,  # own session/process group: terminal signals to us don't reach it
+        )
+        # Read the identity before the reaper may reap it: a zombie's /proc/<pid>/stat
+        # is still there, a reaped pid's is not (or belongs to someone else).
+        identity = process_identity(pid)
+        self.reaper.watch(pid)
+        (state_dir / "subject.pid").write_text(f"{pid} {identity.start_time}\n")
+        return Subject(identity, self.reaper, state_dir)

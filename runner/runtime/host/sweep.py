@@ -1,0 +1,220 @@
+"""Remove leftovers of crashed runs, recognised only by our naming scheme / env marker.
+
+A resource is touched only if its name parses back to a run id (`naming.parse_as`) or, for
+processes, its environment holds the exact entry AFB_RUN=<run id>. Runs whose liveness lock
+is held (`naming.hold_run`) are skipped unless include_live=True.
+
+Order matters: processes first (so nothing re-creates resources), then containers (via the
+podman CLI: no service needed), then host nft tables, veths, and namespaces (which take the
+tables inside them along).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from runner.runtime.host import naming, netns, nft
+from runner.runtime.host.podman_service import SERVICE_ROLE
+
+# Podman helpers may inherit a service's env; containers are removed via podman instead.
+_SPARE_COMMS = frozenset({"conmon", "runc", "crun"})
+
+
+class SweepReport(BaseModel):
+    processes: list[str] = Field(default_factory=list)  # "<pid> <role> <run id>"
+    containers: list[str] = Field(default_factory=list)
+    nft_tables: list[str] = Field(default_factory=list)
+    veths: list[str] = Field(default_factory=list)
+    netns: list[str] = Field(default_factory=list)
+    state_dirs: list[str] = Field(default_factory=list)
+    skipped_live_runs: list[str] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list)
+
+    @property
+    def removed_anything(self) -> bool:
+        return any(
+            (self.processes, self.containers, self.nft_tables, self.veths, self.netns,
+             self.state_dirs)
+        )  # fmt: skip
+
+
+class _Selector:
+    def __init__(self, prefix_filter: str | None, include_live: bool, report: SweepReport):
+        self.prefix_filter, self.include_live, self.report = prefix_filter, include_live, report
+        self._live: dict[str, bool] = {}
+
+    def wants(self, run_id: str) -> bool:
+        if not naming.matches_filter(run_id, self.prefix_filter):
+            return False
+        if self.include_live:
+            return True
+        if run_id not in self._live:
+            self._live[run_id] = naming.run_is_live(run_id)
+            if self._live[run_id]:
+                self.report.skipped_live_runs.append(run_id)
+        return not self._live[run_id]
+
+
+def _marker(pid: int) -> tuple[str, str] | None:
+    """(run id, role) from /proc/<pid>/environ if it carries our marker."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    env = dict(e.split(b"=", 1) for e in raw.split(b"\0") if b"=" in e)
+    run = env.get(naming.ENV_RUN.encode())
+    if run is None:
+        return None
+    try:
+        run_id = naming.check_run_id(run.decode())
+    except (naming.NamingError, UnicodeDecodeError):
+        return None
+    return run_id, env.get(naming.ENV_ROLE.encode(), b"").decode(errors="replace")
+
+
+def _ancestors() -> set[int]:
+    out, pid = set(), os.getpid()
+    while pid > 1:
+        out.add(pid)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        pid = int(stat[stat.rindex(")") + 2 :].split()[1])
+    return out
+
+
+def _sweep_processes(sel: _Selector, report: SweepReport) -> None:
+    spare = _ancestors()
+    victims: list[tuple[int, int, str, str]] = []  # pid, pidfd, role, run
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in spare:
+            continue
+        pid = int(entry.name)
+        found = _marker(pid)
+        if found is None or not sel.wants(found[0]):
+            continue
+        with contextlib.suppress(OSError):
+            if (entry / "comm").read_text().strip() in _SPARE_COMMS:
+                continue
+            pidfd = os.pidfd_open(pid)
+            if _marker(pid) != found:  # pid recycled between scan and pidfd_open
+                os.close(pidfd)
+                continue
+            victims.append((pid, pidfd, found[1], found[0]))
+    # Services get SIGTERM first so podman can tidy up; subjects are killed outright.
+    for _pid, pidfd, role, _ in victims:
+        sig = signal.SIGTERM if role == SERVICE_ROLE else signal.SIGKILL
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(pidfd, sig)
+    deadline = time.monotonic() + 10
+    for pid, pidfd, role, run in victims:
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.05)
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        os.close(pidfd)
+        report.processes.append(f"{pid} {role or '?'} {run}")
+
+
+def _alive(pid: int) -> bool:
+    """Running and not a zombie (a zombie of a crashed runner is reaped by init)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZX"
+
+
+def _sweep_containers(sel: _Selector, report: SweepReport) -> None:
+    r = subprocess.run(
+        ["podman", "ps", "-a", "--format", "json"], capture_output=True, text=True, timeout=60
+    )
+    if r.returncode != 0:
+        report.errors.append(f"podman ps: {r.stderr.strip()}")
+        return
+    for c in json.loads(r.stdout or "[]"):
+        name = (c.get("Names") or [""])[0]
+        parsed = naming.parse_as("container", name)
+        if parsed is None or not sel.wants(parsed.run_id):
+            continue
+        rm = subprocess.run(
+            ["podman", "rm", "-f", "-t", "0", c["Id"]], capture_output=True, text=True, timeout=60
+        )
+        if rm.returncode == 0:
+            report.containers.append(name)
+        else:
+            report.errors.append(f"podman rm {name}: {rm.stderr.strip()}")
+
+
+def _sweep_network(sel: _Selector, report: SweepReport) -> None:
+    try:
+        tables = nft.list_tables()
+    except nft.NftError as e:
+        report.errors.append(str(e))
+        tables = []
+    for family, name in tables:
+        parsed = naming.parse_as("nft", name)
+        if parsed is not None and sel.wants(parsed.run_id):
+            try:
+                nft.delete_table(family, name)
+                report.nft_tables.append(f"{family} {name}")
+            except nft.NftError as e:
+                report.errors.append(str(e))
+    for link in netns.host_links():
+        parsed = naming.parse_as("veth", link)
+        if parsed is not None and sel.wants(parsed.run_id):
+            try:
+                if netns.delete_link(link):
+                    report.veths.append(link)
+            except Exception as e:  # a peer removed concurrently with its pair
+                report.errors.append(f"veth {link}: {e}")
+    for ns in netns.list_netns():
+        parsed = naming.parse_as("netns", ns)
+        if parsed is not None and sel.wants(parsed.run_id):
+            try:
+                netns.remove_netns(ns)
+                report.netns.append(ns)
+            except OSError as e:
+                report.errors.append(f"netns {ns}: {e}")
+
+
+def sweep(prefix_filter: str | None = None, *, include_live: bool = False) -> SweepReport:
+    """Remove our leftovers whose run id starts with prefix_filter (None = every run id).
+
+    Never touches anything whose name/marker does not parse as ours.
+    """
+    report = SweepReport()
+    sel = _Selector(prefix_filter, include_live, report)
+    _sweep_processes(sel, report)
+    _sweep_containers(sel, report)
+    _sweep_network(sel, report)
+    _sweep_state_dirs(sel, report)
+    return report
+
+
+SUBJECT_ROOT = Path("/var/tmp/afb-subjects")  # where attempts put subject state directories
+PODMAN_ROOT = Path("/run/afb/podman")  # per-run private podman service socket and log
+
+
+def _sweep_state_dirs(sel: _Selector, report: SweepReport) -> None:
+    """Per-run directories of crashed runs (named by run id; normal exits remove them)."""
+    for d in sorted(p for root in (SUBJECT_ROOT, PODMAN_ROOT) if root.is_dir()
+                    for p in root.iterdir()):  # fmt: skip
+        try:
+            run_id = naming.check_run_id(d.name)
+        except ValueError:
+            continue  # not one of ours
+        if d.is_dir() and not d.is_symlink() and sel.wants(run_id):
+            shutil.rmtree(d, ignore_errors=True)
+            report.state_dirs.append(str(d))

@@ -1,0 +1,429 @@
+"""Tool interposer: the only way the subject reaches its sandbox (HTTP/1.1 JSON).
+
+- `POST /session` `{previous_session_id?}` -> `{session_id, epoch}`: attach, or reattach after
+  the sandbox was restarted.
+- `POST /call` `{session_id, call_id?, tool, args}` -> `{call_id, tool, ok, result | error}`.
+  Tools: `read_file {path}`, `write_file {path, content | content_b64}`, `exec {argv, stdin?,
+  timeout?}`, `run_tests {argv?}`. A tool that fails in the sandbox is `ok: false` (200);
+  a stale session is `409 {"error": "stale_session"}`, an unknown one `404`.
+
+Sessions carry the sandbox epoch. The harness calls `bump_epoch()` when it restarts or
+recreates the sandbox; from then on every call on an older session fails visibly and the
+subject must re-attach. The interposer records those failures and reattachments: that record
+is the `tool_interposer` collector of the sandbox_restart witness (`session_observation`).
+
+Each call reports `received`, `dispatched`, `effect_done` and `response_sent` to the event sink
+(the trigger engine) from the request's own thread, so a fault handler holds it in flight.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
+
+from runner.evaluator.protocol.spec import Phase
+from runner.runtime.attempt.triggers import Decision, Directive, EventSink, NullSink
+from runner.runtime.interposers.serving import ServedInThread
+
+SOURCE = "tool_interposer"
+COLLECTOR = "tool_interposer"
+TOOLS = ("read_file", "write_file", "exec", "run_tests")
+MAX_BODY = 16 * 1024 * 1024
+
+
+class _ExecResult(Protocol):
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+
+
+class ToolSandbox(Protocol):
+    """The part of `runner.runtime.sandbox.Sandbox` the interposer uses."""
+
+    def exec(
+        self, argv: list[str], *, stdin: bytes | None = None, timeout: float = 60.0
+    ) -> _ExecResult: ...
+    def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None: ...
+    def get_file(self, path: str) -> bytes: ...
+
+
+@dataclass
+class SessionRecord:
+    session_id: str
+    epoch: int
+    attached_ns: str
+    previous_session_id: str | None
+
+
+@dataclass
+class StaleFailure:
+    session_id: str
+    session_epoch: int
+    current_epoch: int
+    call_id: str
+    tool: str
+    at_ns: str
+
+
+@dataclass
+class CallRecord:
+    call_id: str
+    tool: str
+    session_id: str
+    epoch: int
+    received_ns: str
+    phases: list[str] = field(default_factory=list)
+    in_flight: bool = True  # received, and its response not yet decided
+    settled: bool = False  # every event of the call was reported and completed
+    outcome: str = "pending"  # ok | tool_error | stale_session | dropped | closed | failed
+
+
+class _BadRequest(Exception):
+    pass
+
+
+class ToolInterposer(ServedInThread["_Server"]):
+    """`with ToolInterposer(sandbox, sink=engine) as ti: ti.address` -> (host, port)."""
+
+    label = "interposer"
+
+    def __init__(
+        self,
+        sandbox: ToolSandbox,
+        *,
+        sink: EventSink | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        exec_timeout: float = 60.0,
+        run_tests_argv: Sequence[str] = ("/bin/sh", "-c", "./run-tests"),
+    ) -> None:
+        self.sandbox = sandbox
+        self.sink: EventSink = sink if sink is not None else NullSink()
+        self.exec_timeout = exec_timeout
+        self.run_tests_argv = list(run_tests_argv)
+        super().__init__((host, port))
+        self._lock = threading.Condition()  # notified when a call settles
+        self._epoch = 1
+        self._sessions: dict[str, SessionRecord] = {}
+        self._attaches: list[SessionRecord] = []
+        self._stale: list[StaleFailure] = []
+        self._calls: dict[str, CallRecord] = {}
+        self._counts: dict[str, int] = {}
+
+    def _make_server(self) -> _Server:
+        server = _Server(self._bind, _Handler)
+        server.interposer = self
+        return server
+
+    # --- harness side ---------------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        with self._lock:
+            return self._epoch
+
+    def bump_epoch(self) -> int:
+        """The sandbox was restarted/recreated: every existing session is now stale."""
+        with self._lock:
+            self._epoch += 1
+            return self._epoch
+
+    def set_sandbox(self, sandbox: ToolSandbox) -> None:
+        with self._lock:
+            self.sandbox = sandbox
+
+    def counts(self) -> dict[str, int]:
+        """Tool calls received (stale-session calls never reach the sandbox: not counted)."""
+        with self._lock:
+            return dict(sorted(self._counts.items()))
+
+    def in_flight(self) -> list[str]:
+        with self._lock:
+            return [c.call_id for c in self._calls.values() if c.in_flight]
+
+    def call_observation(self, call_id: str) -> dict[str, Any]:
+        """The interposer's record of one call, right now (sigkill witness `interposer_call`)."""
+        with self._lock:
+            rec = self._calls.get(call_id)
+            if rec is None:
+                return {"collector": COLLECTOR, "call_id": "", "in_flight": False, "seen": False}
+            return {"collector": COLLECTOR, "seen": True, **asdict(rec)}
+
+    def wait_call(self, call_id: str, timeout: float = 10.0) -> dict[str, Any] | None:
+        """`call_observation` once the call has settled (all its events done), else None."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while not ((rec := self._calls.get(call_id)) is not None and rec.settled):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._lock.wait(left)
+            return self.call_observation(call_id)
+
+    def session_observation(self, old_epoch: int) -> dict[str, Any]:
+        """Did a call on a session of `old_epoch` (or older) fail, and the subject then reattach?"""
+        with self._lock:
+            fail = next((f for f in self._stale if f.session_epoch <= old_epoch), None)
+            again = None
+            if fail is not None:
+                again = next(
+                    (
+                        a
+                        for a in self._attaches
+                        if a.epoch > old_epoch and int(a.attached_ns) >= int(fail.at_ns)
+                    ),
+                    None,
+                )
+            return {
+                "collector": COLLECTOR,
+                "old_epoch": old_epoch,
+                "new_epoch": again.epoch if again is not None else self._epoch,
+                "stale_session_failed": fail is not None,
+                "reattached": again is not None,
+                "stale_call_id": fail.call_id if fail is not None else "",
+                "reattach_session_id": again.session_id if again is not None else "",
+            }
+
+    # --- subject side (called from handler threads) ---------------------------------------------
+
+    def _attach(self, previous: str | None) -> SessionRecord:
+        with self._lock:
+            rec = SessionRecord(secrets.token_hex(8), self._epoch, str(time.time_ns()), previous)
+            self._sessions[rec.session_id] = rec
+            self._attaches.append(rec)
+            return rec
+
+    def _check_session(
+        self, session_id: str, call_id: str, tool: str
+    ) -> tuple[int, dict[str, Any]]:
+        """(0, {}) if usable, else the HTTP status and error body (recording a stale failure)."""
+        with self._lock:
+            s = self._sessions.get(session_id)
+            if s is None:
+                return 404, {"error": "unknown_session"}
+            if s.epoch < self._epoch:
+                now = str(time.time_ns())
+                self._stale.append(
+                    StaleFailure(session_id, s.epoch, self._epoch, call_id, tool, now)
+                )
+                return 409, {
+                    "error": "stale_session",
+                    "session_epoch": s.epoch,
+                    "epoch": self._epoch,
+                }
+            return 0, {}
+
+    def _receive(self, call_id: str, tool: str, session_id: str) -> CallRecord:
+        with self._lock:
+            s = self._sessions[session_id]
+            rec = CallRecord(call_id, tool, session_id, s.epoch, str(time.time_ns()))
+            self._calls[call_id] = rec
+            self._counts[tool] = self._counts.get(tool, 0) + 1
+            return rec
+
+    def _mark(
+        self, rec: CallRecord, phase: Phase | None = None, outcome: str | None = None
+    ) -> None:
+        with self._lock:
+            if phase is not None:
+                rec.phases.append(phase.value)
+            if outcome is not None:
+                rec.outcome, rec.in_flight = outcome, False
+
+    def _settle(self, rec: CallRecord) -> None:
+        with self._lock:
+            rec.settled = True
+            self._lock.notify_all()
+
+    def _prepare(
+        self, tool: str, args: dict[str, Any]
+    ) -> Callable[[], tuple[bool, dict[str, Any]]]:
+        """Validate a call before it counts; the returned thunk runs it in the sandbox."""
+        if tool == "read_file":
+            path = _str(args, "path")
+            return lambda: self._guard(lambda sb: _read(sb, path))
+        if tool == "write_file":
+            path = _str(args, "path")
+            try:
+                data = (
+                    base64.b64decode(_str(args, "content_b64"), validate=True)
+                    if "content_b64" in args
+                    else _str(args, "content").encode("utf-8")
+                )
+            except ValueError as exc:
+                raise _BadRequest("content_b64 is not base64") from exc
+            return lambda: self._guard(lambda sb: _write(sb, path, data))
+        argv = args.get("argv", self.run_tests_argv if tool == "run_tests" else None)
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+            raise _BadRequest("args.argv must be a non-empty list of strings")
+        stdin, timeout = args.get("stdin"), args.get("timeout", self.exec_timeout)
+        if stdin is not None and not isinstance(stdin, str):
+            raise _BadRequest("args.stdin must be a string")
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
+            raise _BadRequest("args.timeout must be a positive number")
+        feed = stdin.encode() if stdin is not None else None
+        return lambda: self._guard(lambda sb: _exec(sb, argv, feed, float(timeout), tool))
+
+    def _guard(self, op: Callable[[ToolSandbox], dict[str, Any]]) -> tuple[bool, dict[str, Any]]:
+        with self._lock:
+            sandbox = self.sandbox
+        try:
+            return True, op(sandbox)
+        except Exception as exc:  # the subject sees the failure; it is part of the task
+            return False, {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def _read(sb: ToolSandbox, path: str) -> dict[str, Any]:
+    data = sb.get_file(path)
+    try:
+        return {"content": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"content_b64": base64.b64encode(data).decode()}
+
+
+def _write(sb: ToolSandbox, path: str, data: bytes) -> dict[str, Any]:
+    sb.put_file(path, data)
+    return {"bytes": len(data)}
+
+
+def _exec(
+    sb: ToolSandbox, argv: list[str], stdin: bytes | None, timeout: float, tool: str
+) -> dict[str, Any]:
+    r = sb.exec(argv, stdin=stdin, timeout=timeout)
+    out: dict[str, Any] = {
+        "exit_code": r.exit_code,
+        "stdout": r.stdout.decode("utf-8", "replace"),
+        "stderr": r.stderr.decode("utf-8", "replace"),
+    }
+    if tool == "run_tests":
+        out["passed"] = r.exit_code == 0
+    return out
+
+
+def _str(args: dict[str, Any], key: str) -> str:
+    v = args.get(key)
+    if not isinstance(v, str):
+        raise _BadRequest(f"args.{key} must be a string")
+    return v
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    interposer: ToolInterposer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _reply(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body, sort_keys=True).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:  # the subject is gone (e.g. SIGKILLed mid-call): nobody to answer
+            self.close_connection = True
+
+    def _drop(self) -> None:
+        """Close without a response byte; the subject sees a transport failure."""
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def _body(self) -> dict[str, Any]:
+        try:
+            n = int(self.headers.get("Content-Length", "0"))
+        except ValueError as exc:
+            raise _BadRequest("bad Content-Length") from exc
+        if not 0 <= n <= MAX_BODY:
+            raise _BadRequest("bad Content-Length")
+        raw = self.rfile.read(n)
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError as exc:
+            raise _BadRequest("body is not JSON") from exc
+        if not isinstance(body, dict):
+            raise _BadRequest("body must be a JSON object")
+        return body
+
+    def do_POST(self) -> None:
+        ti = self.server.interposer
+        try:
+            body = self._body()
+            if self.path == "/session":
+                prev = body.get("previous_session_id")
+                rec = ti._attach(prev if isinstance(prev, str) else None)
+                self._reply(200, {"session_id": rec.session_id, "epoch": rec.epoch})
+            elif self.path == "/call":
+                self._call(ti, body)
+            else:
+                self._reply(404, {"error": "not_found"})
+        except _BadRequest as exc:
+            self.close_connection = True
+            self._reply(400, {"error": "bad_request", "message": str(exc)})
+
+    def _call(self, ti: ToolInterposer, body: dict[str, Any]) -> None:
+        session_id, tool, args = body.get("session_id"), body.get("tool"), body.get("args", {})
+        call_id = body.get("call_id") or f"ti-{secrets.token_hex(6)}"
+        if not isinstance(session_id, str) or not isinstance(call_id, str):
+            raise _BadRequest("session_id and call_id must be strings")
+        if tool not in TOOLS or not isinstance(args, dict):
+            raise _BadRequest(f"tool must be one of {TOOLS} and args an object")
+        run = ti._prepare(tool, args)
+        status, err = ti._check_session(session_id, call_id, tool)
+        if status:
+            self._reply(status, err)
+            return
+        rec = ti._receive(call_id, tool, session_id)
+        decisions: list[Decision] = []
+
+        def phase(p: Phase) -> Directive:
+            ti._mark(rec, p)
+            decisions.append(ti.sink.event(SOURCE, tool, p, call_id))
+            return max((d.directive for d in decisions), key=lambda d: d.strength)
+
+        def end(outcome: str, reply: tuple[int, dict[str, Any]] | None) -> None:
+            ti._mark(rec, outcome=outcome)  # recorded before the subject can see the end
+            if reply is None:
+                self._drop()
+            else:
+                self._reply(*reply)
+
+        try:
+            if phase(Phase.RECEIVED) is Directive.CLOSE_WITHOUT_RESPONSE:
+                return end("closed", None)
+            if phase(Phase.DISPATCHED) is Directive.CLOSE_WITHOUT_RESPONSE:
+                return end("closed", None)
+            ok, result = run()
+            if phase(Phase.EFFECT_DONE) is not Directive.CONTINUE:
+                return end("dropped", None)
+            status, err = ti._check_session(session_id, call_id, tool)
+            if status:  # the sandbox was restarted under this call: its result is not trusted
+                end("stale_session", (status, err))
+            else:
+                payload = {"call_id": call_id, "tool": tool, "ok": ok}
+                payload["result" if ok else "error"] = result if ok else result["error"]
+                end("ok" if ok else "tool_error", (200, payload))
+            if phase(Phase.RESPONSE_SENT) is not Directive.CONTINUE:
+                self._drop()
+        finally:
+            if rec.in_flight:
+                ti._mark(rec, outcome="failed")
+            for d in decisions:
+                d.complete()
+            ti._settle(rec)
