@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from runner.cli.app import EXIT_INTERNAL, EXIT_OK, app, err, guarded, out
+from runner.evaluator.core.errors import InputError
 
 
 @app.command()
@@ -20,6 +21,10 @@ def selftest(
         str | None, typer.Option(help="sandbox image (default: the tiny busybox test image)")
     ] = None,
     keep: Annotated[bool, typer.Option(help="keep the self-test's run directory")] = False,
+    kind: Annotated[
+        list[str] | None,
+        typer.Option(help="only this fault kind (repeatable; default: every registered kind)"),
+    ] = None,
 ) -> None:
     """Run every fault kind with its real actuator and with a no-op one; judge by the evaluator.
 
@@ -32,9 +37,15 @@ def selftest(
             mark = "ok" if row.ok else "[bold red]UNEXPECTED[/]"
             err.print(f"  {row.kind} / {row.actuator}: {row.verdict} ({row.seconds:.1f} s) {mark}")
 
+    from runner.evaluator.protocol.faultkinds import injected_kinds
+
+    kinds = kind or list(injected_kinds())
+    unknown = sorted(set(kinds) - set(injected_kinds()))
+    if unknown:
+        raise InputError(f"unknown fault kind {unknown}; registered: {list(injected_kinds())}")
     if not as_json:
-        err.print("running 4 fault kinds x {real, noop} on this machine ...")
-    rows, run_dir = run_selftest(image=image, keep=keep, on_row=progress)
+        err.print(f"running {len(kinds)} fault kinds x {{real, noop}} on this machine ...")
+    rows, run_dir = run_selftest(kinds, image=image, keep=keep, on_row=progress)
     ok = all(r.ok for r in rows)
     if as_json:
         body = {

@@ -202,7 +202,7 @@ class MatrixRun:
         if n not in grouped:
             return False
         slot = self.slots[cell.slot_id]
-        contract = self.rp.contract_map().get(slot.schedule.kind.value)
+        contract = self.rp.contract_map().get(slot.schedule.kind)
         status, _ = attempt_status(
             grouped[n], slot.schedule.kind, slot.schedule.parameters, contract,
             self.spec.scoring.scorer_version,

@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from runner.evaluator.core.canonical import digest, sha256_digest
+from runner.evaluator.core.types import Status
 from runner.evaluator.evidence.journal import read_journal
-from runner.evaluator.protocol.spec import INJECTED_KINDS, FaultKind, Status
+from runner.evaluator.protocol.faultkinds import FaultKind, injected_kinds
 from runner.evaluator.protocol.witness import WitnessContract
 from runner.evaluator.verdict.outcomes import attempt_status, group_attempts
 from runner.runtime.attempt.api import AttemptPlan, GradeContext, GradeOutcome, SubjectCommand
 from runner.runtime.attempt.run import PluginFactory, RunServices, journal_name, run_attempt
+from runner.runtime.faults import registry as faults
 from runner.runtime.host import naming
 from runner.runtime.sandbox import testimage
 
@@ -32,26 +34,6 @@ SCORER_VERSION = "selftest-1"
 ACTUATORS: tuple[Literal["real", "noop"], ...] = ("real", "noop")
 WITNESSED = "WITNESSED"
 INVALID_INJECTION = Status.INVALID_INJECTION.value
-
-# Trigger and parameters per kind, at points the minimal subject always reaches.
-CASES: dict[FaultKind, tuple[dict[str, Any], dict[str, Any]]] = {
-    FaultKind.SANDBOX_RESTART: (
-        {"tool": "exec", "ordinal": 2, "phase": "dispatched"},
-        {"mode": "restart"},
-    ),
-    FaultKind.LOST_RESPONSE: (
-        {"tool": "submit_patch", "ordinal": 1, "phase": "effect_done"},
-        {"endpoint": "destination"},
-    ),
-    FaultKind.SIGKILL_MID_TOOL_CALL: (
-        {"tool": "exec", "ordinal": 2, "phase": "dispatched"},
-        {"target": "subject"},
-    ),
-    FaultKind.NETWORK_PARTITION: (
-        {"tool": "submit_patch", "ordinal": 1, "phase": "received"},
-        {"endpoint": "destination", "control": "interposer", "release_after_blocked_attempts": 1},
-    ),
-}
 
 
 def minimal_subject_path() -> Path:
@@ -95,14 +77,15 @@ def selftest_plan(
     subject: SubjectCommand | None = None,
     grade: Callable[[GradeContext], GradeOutcome] = trivial_grade,
 ) -> AttemptPlan:
-    case_trigger, case_params = CASES.get(kind, (None, {}))
+    case = faults.plugin_for(kind).selftest
+    case_trigger, case_params = case.trigger, case.parameters
     trig = dict(trigger if trigger is not None else case_trigger or {}) or None
     params = dict(parameters if parameters is not None else case_params)
     subj = subject or minimal_subject()
     # One cell per distinct case, so variants in one run never share a journal.
     cell = {
         "selftest": label,
-        "kind": kind.value,
+        "kind": kind,
         "actuator": actuator,
         "run": run_id,
         "trigger": trig,
@@ -119,7 +102,7 @@ def selftest_plan(
         subject_config_hash=sha256_digest(minimal_subject_path().read_bytes()),
         attempt=1,
         task_id="selftest",
-        fault_id=f"{kind.value}-1",
+        fault_id=f"{kind}-1",
         kind=kind,
         trigger=trig,
         parameters=params,
@@ -191,7 +174,7 @@ def run_case(
     run_attempt(plan, services, plugin_factory=plugin_factory)
     v = evaluate(services.run_dir, plan, services.contracts.get(kind))
     row = Row(
-        kind=kind.value,
+        kind=kind,
         actuator=actuator,
         verdict=v.label,
         status=v.status.value,
@@ -204,14 +187,20 @@ def run_case(
 
 
 def run_selftest(
-    kinds: Iterable[FaultKind] = INJECTED_KINDS,
+    kinds: Iterable[FaultKind] | None = None,
     *,
     image: str | None = None,
     run_dir: Path | None = None,
     keep: bool = False,
     on_row: Callable[[Row], None] | None = None,
 ) -> tuple[list[Row], Path]:
-    """Run every kind real then no-op; returns the rows and the run directory used."""
+    """Run each kind real then no-op; returns the rows and the run directory used.
+
+    By default every kind registered with the evaluator or with a plugin: a kind the evaluator
+    knows but no plugin acts out is a failing row, not a silent omission.
+    """
+    if kinds is None:
+        kinds = sorted(set(injected_kinds()) | set(faults.registered()))
     image = image or testimage.ensure_test_image()[0]
     run_id = naming.new_run_id()
     owned = run_dir is None
@@ -220,6 +209,16 @@ def run_selftest(
     try:
         with RunServices(run_id, rd) as services:
             for kind in kinds:
+                try:
+                    faults.plugin_for(kind)
+                except ValueError as exc:
+                    row = Row(
+                        kind, "real", "NO_PLUGIN", "NO_PLUGIN", [str(exc)], [], WITNESSED, 0.0
+                    )
+                    rows.append(row)
+                    if on_row is not None:
+                        on_row(row)
+                    continue
                 for actuator in ACTUATORS:
                     row, _ = run_case(services, kind, actuator, image)
                     rows.append(row)

@@ -24,11 +24,19 @@ from runner.evaluator.evidence.records import (
     TriggerReached,
     WitnessObservation,
 )
+from runner.evaluator.protocol.faultkinds import (
+    LOST_RESPONSE,
+    NETWORK_PARTITION,
+    NO_FAULT,
+    SANDBOX_RESTART,
+    SIGKILL_MID_TOOL_CALL,
+    FaultKind,
+)
 from runner.evaluator.protocol.freeze import FreezeRecord
 from runner.evaluator.protocol.identities import Identities, compute
 from runner.evaluator.protocol.matrix import Slot, resolve
 from runner.evaluator.protocol.runfile import RunProtocol, write_protocol
-from runner.evaluator.protocol.spec import FaultKind, Spec, load_spec
+from runner.evaluator.protocol.spec import Spec, load_spec
 from runner.evaluator.protocol.witness import load_contracts
 
 HERE = Path(__file__).parent
@@ -36,7 +44,7 @@ SPEC_AB = HERE / "spec_ab.toml"
 
 # Observations that satisfy each witness contract (what a real collector would have written).
 GOOD: dict[FaultKind, dict[str, dict[str, Any]]] = {
-    FaultKind.SANDBOX_RESTART: {
+    SANDBOX_RESTART: {
         "sandbox_before": {"collector": "sandbox_inspector", "container_id": "c1",
                            "init_pid": 100, "started_at": "1", "boot_token": "tok-a"},
         "sandbox_after": {"collector": "sandbox_inspector", "container_id": "c1",
@@ -44,7 +52,7 @@ GOOD: dict[FaultKind, dict[str, dict[str, Any]]] = {
         "interposer_session": {"collector": "tool_interposer", "stale_session_failed": True,
                                "reattached": True, "old_epoch": 1, "new_epoch": 2},
     },
-    FaultKind.SIGKILL_MID_TOOL_CALL: {
+    SIGKILL_MID_TOOL_CALL: {
         "target_process": {"collector": "process_registry", "pid": 4242,
                            "start_time": "777", "call_id": "call-3"},
         "reaper_exit": {"collector": "reaper", "pid": 4242, "start_time": "777",
@@ -52,14 +60,14 @@ GOOD: dict[FaultKind, dict[str, dict[str, Any]]] = {
         "interposer_call": {"collector": "tool_interposer", "call_id": "call-3",
                             "in_flight": True},
     },
-    FaultKind.NETWORK_PARTITION: {
+    NETWORK_PARTITION: {
         "rule_state": {"collector": "nft_reader", "rule_present": True,
                        "counter_packets_before": 0, "counter_packets_after": 3},
         "probe_during": {"collector": "netns_prober", "target_reachable": False,
                          "control_reachable": True},
         "probe_after_release": {"collector": "netns_prober", "target_reachable": True},
     },
-    FaultKind.LOST_RESPONSE: {
+    LOST_RESPONSE: {
         "proxy_connection": {"collector": "egress_proxy", "connection_id": "k1",
                              "upstream_request_bytes": 120, "upstream_response_bytes": 88,
                              "downstream_response_bytes": 0},
@@ -71,27 +79,27 @@ GOOD: dict[FaultKind, dict[str, dict[str, Any]]] = {
 
 # What a no-op actuator's target really shows: nothing changed, though "applied" was reported.
 NOOP: dict[FaultKind, dict[str, dict[str, Any]]] = {
-    FaultKind.SANDBOX_RESTART: {
-        **GOOD[FaultKind.SANDBOX_RESTART],
-        "sandbox_after": dict(GOOD[FaultKind.SANDBOX_RESTART]["sandbox_before"]),
+    SANDBOX_RESTART: {
+        **GOOD[SANDBOX_RESTART],
+        "sandbox_after": dict(GOOD[SANDBOX_RESTART]["sandbox_before"]),
         "interposer_session": {"collector": "tool_interposer", "stale_session_failed": False,
                                "reattached": False, "old_epoch": 1, "new_epoch": 1},
     },
-    FaultKind.SIGKILL_MID_TOOL_CALL: {
-        **GOOD[FaultKind.SIGKILL_MID_TOOL_CALL],
+    SIGKILL_MID_TOOL_CALL: {
+        **GOOD[SIGKILL_MID_TOOL_CALL],
         "reaper_exit": {"collector": "reaper", "pid": 4242, "start_time": "777",
                         "signaled": False, "term_signal": None},
     },
-    FaultKind.NETWORK_PARTITION: {
+    NETWORK_PARTITION: {
         "rule_state": {"collector": "nft_reader", "rule_present": False,
                        "counter_packets_before": 0, "counter_packets_after": 0},
         "probe_during": {"collector": "netns_prober", "target_reachable": True,
                          "control_reachable": True},
         "probe_after_release": {"collector": "netns_prober", "target_reachable": True},
     },
-    FaultKind.LOST_RESPONSE: {
-        **GOOD[FaultKind.LOST_RESPONSE],
-        "proxy_connection": {**GOOD[FaultKind.LOST_RESPONSE]["proxy_connection"],
+    LOST_RESPONSE: {
+        **GOOD[LOST_RESPONSE],
+        "proxy_connection": {**GOOD[LOST_RESPONSE]["proxy_connection"],
                              "downstream_response_bytes": 88},
         "agent_side": {"collector": "egress_proxy", "transport_failure": False},
     },
@@ -183,7 +191,7 @@ class Run:
                                   wall_ns=str(wall_ns)))  # fmt: skip
             j.close()
             return
-        reached = kind is not FaultKind.NONE and outcome not in ("pre_trigger", "mismatch")
+        reached = kind != NO_FAULT and outcome not in ("pre_trigger", "mismatch")
         if reached:
             fid = slot.schedule.fault_id
             trig = slot.schedule.trigger or {}

@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from runner.evaluator.core.canonical import CanonicalError, canonical_bytes
 from runner.evaluator.core.inputs import evaluator_digest
+from runner.evaluator.core.types import Status
 from runner.evaluator.evidence.journal import line_leaf
-from runner.evaluator.protocol.spec import FaultKind, Status
+from runner.evaluator.protocol.faultkinds import NO_FAULT, injected_kinds
 from runner.evaluator.publish.publication import _row_bytes, build_scorecard
 from runner.evaluator.verdict.eligibility import (
     LoadedEvidence,
@@ -152,7 +153,7 @@ _VERDICT = st.builds(
         committed_effects=_INT,
         completed=st.none() | st.booleans(),
         intended_effects=_INT,
-        kind=st.sampled_from(FaultKind),
+        kind=st.sampled_from((NO_FAULT, *injected_kinds())),
         reasons=st.lists(_TEXT, max_size=3),
         scorer_version=st.none() | _TEXT,
         slot_id=_TEXT,

@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 from runner.cli.main import app
 from runner.evaluator.core.inputs import evaluator_digest
 from runner.evaluator.evidence.records import AttemptEnded
+from runner.evaluator.protocol.faultkinds import LOST_RESPONSE, NO_FAULT, injected_kinds
 from runner.evaluator.protocol.matrix import resolve
-from runner.evaluator.protocol.spec import FaultKind, load_spec
+from runner.evaluator.protocol.spec import load_spec
 from runner.evaluator.publish.publication import (
     CellHistory,
     CellScore,
@@ -54,7 +55,7 @@ def _noop_on_faulted(n: int):
     """Outcome function: a no-op injector on the last `n` faulted cells, clean elsewhere."""
 
     def pick(i: int, s) -> str:
-        faulted = [j for j, k in enumerate(KINDS) if k is not FaultKind.NONE]
+        faulted = [j for j, k in enumerate(KINDS) if k is not NO_FAULT]
         return "noop" if i in faulted[-n:] else "completed"
 
     return pick
@@ -200,7 +201,7 @@ def test_changed_evaluator_blocks_publication(tmp_path: Path) -> None:
 def test_each_defect_blocks_with_its_reason(tmp_path: Path, outcome: str, code: str) -> None:
     # One faulted hard cell of subject a carries the defect; everything else is clean.
     target = next(i for i, (_, s) in enumerate(Run(tmp_path / "probe").cells("a"))
-                  if s.schedule.kind is FaultKind.LOST_RESPONSE and s.bucket == "hard")  # fmt: skip
+                  if s.schedule.kind == LOST_RESPONSE and s.bucket == "hard")  # fmt: skip
     r = _run(tmp_path, a=lambda i, s: outcome if i == target else "completed")
     res, files = _decide(r)
     proof = res["a"].evaluation.proof
@@ -211,9 +212,10 @@ def test_each_defect_blocks_with_its_reason(tmp_path: Path, outcome: str, code: 
 
 
 def test_every_noop_actuator_kind_is_rejected(tmp_path: Path) -> None:
-    for kind in (k for k in FaultKind if k is not FaultKind.NONE):
-        d = tmp_path / kind.value
-        r = _run(d, a=lambda i, s, k=kind: "noop" if s.schedule.kind is k else "completed")
+    assert len(injected_kinds()) == 4
+    for kind in injected_kinds():
+        d = tmp_path / kind
+        r = _run(d, a=lambda i, s, k=kind: "noop" if s.schedule.kind == k else "completed")
         res, _ = _decide(r)
         p = res["a"].evaluation.proof
         assert p.decision == "ineligible" and "invalid_injection" in p.reason_codes, kind
@@ -305,7 +307,7 @@ def test_missing_cells_are_listed(tmp_path: Path) -> None:
 
 def test_scorecard_measures(tmp_path: Path) -> None:
     def a(i: int, s) -> str:
-        return "duplicate" if s.schedule.kind is FaultKind.LOST_RESPONSE else "completed"
+        return "duplicate" if s.schedule.kind == LOST_RESPONSE else "completed"
 
     r = _run(tmp_path, a=a)
     res, _ = _decide(r)
@@ -472,7 +474,7 @@ def test_overhead_is_a_measure_of_faulted_cells_even_in_mixed_strata(tmp_path: P
     res, _ = _decide(_run_variant(tmp_path, "bybucket.toml", text))
     card = res["a"].scorecard
     assert card is not None
-    faulted = sum(1 for k in KINDS if k is not FaultKind.NONE)
+    faulted = sum(1 for k in KINDS if k is not NO_FAULT)
     o = card.overall.recovery_overhead
     assert o is not None and o.pairs + o.missing_baseline == faulted == 16
     assert o.missing_baseline == 0  # every task has its completed baseline

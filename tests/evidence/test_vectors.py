@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.evaluator.protocol.spec import FaultKind
+from runner.evaluator.protocol.faultkinds import LOST_RESPONSE
 from runner.evaluator.publish.results import derive
 from tests.evidence.synth import Run
 
@@ -25,7 +25,7 @@ def _case_all_completed(i: int, s) -> str:
 
 
 def _case_noop_lost_response(i: int, s) -> str:
-    return "noop" if s.schedule.kind is FaultKind.LOST_RESPONSE else "completed"
+    return "noop" if s.schedule.kind == LOST_RESPONSE else "completed"
 
 
 def _case_mixed(i: int, s) -> str | None:

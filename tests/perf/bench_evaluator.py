@@ -50,6 +50,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from runner.evaluator.protocol.faultkinds import LOST_RESPONSE, NO_FAULT
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
@@ -74,7 +76,7 @@ from runner.evaluator.protocol.runfile import (  # noqa: E402
     read_protocol,
     write_protocol,
 )
-from runner.evaluator.protocol.spec import FaultKind, load_spec  # noqa: E402
+from runner.evaluator.protocol.spec import load_spec  # noqa: E402
 from runner.evaluator.protocol.witness import load_contracts  # noqa: E402
 from runner.evaluator.publish.results import paused_gc, render_results, write_results  # noqa: E402
 from runner.evaluator.verdict.eligibility import (  # noqa: E402
@@ -146,7 +148,7 @@ def attempt_records(
         AttemptStarted(**ref, slot_id=slot.slot_id, subject_id=subject,
                        subject_config_hash=shash, fault_id=slot.schedule.fault_id, kind=kind)
     ]  # fmt: skip
-    reached = kind is not FaultKind.NONE
+    reached = kind != NO_FAULT
     if reached:
         fid = slot.schedule.fault_id
         trig = slot.schedule.trigger or {}
@@ -208,11 +210,7 @@ class Bench:
 
     def records(self, subject: str, shash: str, cell: str, slot: Slot, i: int) -> list[Entry]:
         # An ineligible subject: every 97th lost_response cell's actuator was a no-op.
-        noop = (
-            subject in self.ineligible
-            and slot.schedule.kind is FaultKind.LOST_RESPONSE
-            and i % 97 == 0
-        )
+        noop = subject in self.ineligible and slot.schedule.kind == LOST_RESPONSE and i % 97 == 0
         return attempt_records(subject, shash, cell, slot, i, noop)
 
 
@@ -347,7 +345,7 @@ def run_terminal(b: Bench, rp: RunProtocol, table: Table, check: bool, tmp: Path
             tr = terminal_record(
                 cid, slot.slot_id, subject, slot.stratum, slot.schedule.kind,
                 slot.schedule.parameters, group_attempts(recs).get(cid), spec.attempts,
-                contracts.get(slot.schedule.kind.value), spec.scoring.scorer_version,
+                contracts.get(slot.schedule.kind), spec.scoring.scorer_version,
             )  # fmt: skip
             line = terminal_line(tr)
             t2 = time.perf_counter()

@@ -24,7 +24,7 @@ from bench_runtime_primitives import summary, timed
 
 from runner.evaluator.evidence.journal import read_journal
 from runner.evaluator.evidence.records import LifecycleTransition
-from runner.evaluator.protocol.spec import INJECTED_KINDS, FaultKind
+from runner.evaluator.protocol.faultkinds import injected_kinds
 from runner.runtime.attempt.run import RunServices, journal_name
 from runner.runtime.host import naming
 from runner.runtime.host.sweep import sweep
@@ -61,9 +61,9 @@ def bare_primitives(n: int, image: str, rid: str) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("-n", type=int, default=20)
-    ap.add_argument("--kinds", default=",".join(k.value for k in INJECTED_KINDS))
+    ap.add_argument("--kinds", default=",".join(k for k in injected_kinds()))
     args = ap.parse_args()
-    kinds = [FaultKind(k) for k in args.kinds.split(",")]
+    kinds = args.kinds.split(",")
     image, built = testimage.ensure_test_image()
     rid = naming.new_run_id()
     run_dir = Path(tempfile.mkdtemp(prefix="afb-pf-"))
@@ -81,7 +81,7 @@ def main() -> None:
                     )
                     if row.verdict != WITNESSED:
                         bad += 1
-                        print(f"  {kind.value} #{i}: {row.verdict} {row.reasons}")
+                        print(f"  {kind} #{i}: {row.verdict} {row.reasons}")
                         continue
                     path = services.run_dir / "journals" / f"{journal_name(plan)}.jsonl"
                     es = list(read_journal(path))
@@ -92,7 +92,7 @@ def main() -> None:
                     ended = next(e.record for e in es if e.record.type == "attempt_ended")
                     wall.append(int(ended.wall_ns) / 1e9)
                     down.append((_at(es, "attempt_ended") - _at(es, "grader_result")) / 1e9)
-                print(f"--- {kind.value} ({args.n - bad}/{args.n} witnessed)")
+                print(f"--- {kind} ({args.n - bad}/{args.n} witnessed)")
                 if not t2w:
                     continue
                 med[f"{kind}.t2w"] = summary("  trigger -> witness persisted", t2w)
@@ -106,7 +106,7 @@ def main() -> None:
             if f"{kind}.t2w" not in med:
                 continue
             print(
-                f"{kind.value:<22} setup/(bare netns + bare run) {med[f'{kind}.setup'] / prim:5.2f}"
+                f"{kind:<22} setup/(bare netns + bare run) {med[f'{kind}.setup'] / prim:5.2f}"
                 f"   teardown/bare run {med[f'{kind}.teardown'] / med['bare_run']:5.2f}"
                 f"   trigger->witness/bare run {med[f'{kind}.t2w'] / med['bare_run']:5.2f}"
             )

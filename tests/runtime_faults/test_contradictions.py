@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from runner.evaluator.protocol.spec import FaultKind
+from runner.evaluator.protocol.faultkinds import (
+    LOST_RESPONSE,
+    NETWORK_PARTITION,
+    SANDBOX_RESTART,
+)
 from runner.runtime.attempt.run import AttemptResources, RunServices
 from runner.runtime.faults.base import Directive, FaultContext, FaultPlugin, Injection
 from runner.runtime.faults.network_partition import NetworkPartitionFault
@@ -43,7 +47,7 @@ def test_sandbox_pid_unchanged(services: RunServices, image: str) -> None:
     def factory(r: AttemptResources) -> FaultPlugin:
         return EpochOnlyRestart(r.sandbox, r.interposer)
 
-    row, _ = run_case(services, FaultKind.SANDBOX_RESTART, "real", image, plugin_factory=factory)
+    row, _ = run_case(services, SANDBOX_RESTART, "real", image, plugin_factory=factory)
     assert row.verdict == INVALID_INJECTION, row
     # The session side did happen (the epoch moved); the identity side did not.
     assert set(row.violated) == {"init_pid_changed", "start_time_changed", "boot_token_changed"}
@@ -53,7 +57,7 @@ def test_partition_control_path_also_fails(services: RunServices, image: str) ->
     def factory(r: AttemptResources) -> FaultPlugin:
         return PartitionAlsoControl(r.table, r.net.netns, r.proxy.address, r.interposer.address)
 
-    row, _ = run_case(services, FaultKind.NETWORK_PARTITION, "real", image, plugin_factory=factory)
+    row, _ = run_case(services, NETWORK_PARTITION, "real", image, plugin_factory=factory)
     assert row.verdict == INVALID_INJECTION, row
     assert set(row.violated) == {"control_reachable"}
 
@@ -61,6 +65,6 @@ def test_partition_control_path_also_fails(services: RunServices, image: str) ->
 def test_proxy_delivered_response_bytes(services: RunServices, image: str) -> None:
     # Too late to lose the response: the proxy has already delivered it.
     trigger = {"tool": "submit_patch", "ordinal": 1, "phase": "response_sent"}
-    row, _ = run_case(services, FaultKind.LOST_RESPONSE, "real", image, trigger=trigger)
+    row, _ = run_case(services, LOST_RESPONSE, "real", image, trigger=trigger)
     assert row.verdict == INVALID_INJECTION, row
     assert "zero_bytes_delivered" in row.violated

@@ -8,9 +8,10 @@ import subprocess
 
 import pytest
 
+from runner.evaluator.core.types import Status
 from runner.evaluator.evidence.journal import read_journal
 from runner.evaluator.evidence.records import AttemptEnded, AttemptStarted, HarnessError
-from runner.evaluator.protocol.spec import FaultKind, Status
+from runner.evaluator.protocol.faultkinds import SANDBOX_RESTART
 from runner.runtime.attempt.run import RunServices, run_attempt
 from runner.runtime.host import netns
 from runner.runtime.selftest import evaluate, selftest_plan
@@ -39,7 +40,7 @@ def test_setup_failure_is_recorded_and_cleaned_up(
     services: RunServices, image: str, change: dict[str, object], stage: str
 ) -> None:
     plan = selftest_plan(
-        services.run_id, services.run_dir, FaultKind.SANDBOX_RESTART, "real", image,
+        services.run_id, services.run_dir, SANDBOX_RESTART, "real", image,
         label=f"harness-{stage}",
     )  # fmt: skip
     plan = dataclasses.replace(plan, **change)  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ import pytest
 
 from runner.evaluator.evidence.journal import read_journal
 from runner.evaluator.evidence.records import ActuatorReceipt, HarnessError, WitnessObservation
-from runner.evaluator.protocol.spec import FaultKind
+from runner.evaluator.protocol.faultkinds import NO_FAULT
 from runner.runtime.attempt.api import GradeContext, GradeOutcome, SubjectCommand
 from runner.runtime.attempt.run import RunServices, journal_name, run_attempt
 from runner.runtime.selftest import selftest_plan, subject_python
@@ -36,7 +36,7 @@ def test_subject_cannot_write_evidence_or_forge_receipts(services: RunServices, 
         env={"AFB_TEST_RUN_DIR": str(services.run_dir), "AFB_TEST_JOURNAL": "target.jsonl"},
     )
     plan = selftest_plan(
-        services.run_id, services.run_dir, FaultKind.NONE, "real", image,
+        services.run_id, services.run_dir, NO_FAULT, "real", image,
         label="hostile", subject=subject, grade=_grade,
     )  # fmt: skip
     before = sorted(p.name for p in journals.iterdir())

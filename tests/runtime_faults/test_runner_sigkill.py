@@ -29,13 +29,13 @@ pytestmark = pytest.mark.runtime
 CHILD = """
 import sys
 from pathlib import Path
-from runner.evaluator.protocol.spec import FaultKind
+
 from runner.runtime.attempt.run import RunServices, run_attempt
 from runner.runtime.selftest import minimal_subject, selftest_plan
 run_id, run_dir, image = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 with RunServices(run_id, run_dir) as s:
     subject = minimal_subject({"AFB_MIN_LINGER": "120"})
-    plan = selftest_plan(run_id, run_dir, FaultKind.NETWORK_PARTITION, "real", image,
+    plan = selftest_plan(run_id, run_dir, NETWORK_PARTITION, "real", image,
                          subject=subject)
     run_attempt(plan, s)
 """

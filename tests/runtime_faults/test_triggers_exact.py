@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from runner.evaluator.core.types import Status
 from runner.evaluator.evidence.journal import read_journal
 from runner.evaluator.evidence.records import (
     ActuatorReceipt,
@@ -12,7 +13,7 @@ from runner.evaluator.evidence.records import (
     TriggerReached,
     WitnessObservation,
 )
-from runner.evaluator.protocol.spec import FaultKind, Status
+from runner.evaluator.protocol.faultkinds import LOST_RESPONSE, SANDBOX_RESTART
 from runner.runtime.attempt.run import RunServices, journal_name
 from runner.runtime.selftest import run_case
 
@@ -37,7 +38,7 @@ def test_fires_at_exact_ordinal_and_phase(
     services: RunServices, image: str, tool: str, ordinal: int, phase: str, call_id: str
 ) -> None:
     trigger = {"tool": tool, "ordinal": ordinal, "phase": phase}
-    kind = FaultKind.LOST_RESPONSE if tool == "submit_patch" else FaultKind.SANDBOX_RESTART
+    kind = LOST_RESPONSE if tool == "submit_patch" else SANDBOX_RESTART
     row, plan = run_case(services, kind, "real", image, trigger=trigger)
     fired = [r for r in _records(services, plan) if isinstance(r, TriggerReached)]
     assert len(fired) == 1
@@ -48,7 +49,7 @@ def test_fires_at_exact_ordinal_and_phase(
 
 def test_unreached_trigger_injects_nothing(services: RunServices, image: str) -> None:
     trigger = {"tool": "exec", "ordinal": 9, "phase": "dispatched"}  # the subject makes 3
-    row, plan = run_case(services, FaultKind.SANDBOX_RESTART, "real", image, trigger=trigger)
+    row, plan = run_case(services, SANDBOX_RESTART, "real", image, trigger=trigger)
     recs = _records(services, plan)
     assert not [r for r in recs if isinstance(r, TriggerReached | ActuatorReceipt)]
     assert not [r for r in recs if isinstance(r, WitnessObservation)]

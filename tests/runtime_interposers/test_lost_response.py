@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 
+from runner.evaluator.core.types import Phase
 from runner.evaluator.evidence.journal import Journal, read_journal
-from runner.evaluator.protocol.spec import FaultKind, Phase, Trigger
+from runner.evaluator.protocol.faultkinds import LOST_RESPONSE
+from runner.evaluator.protocol.spec import Trigger
 from runner.evaluator.protocol.witness import WitnessContract, evaluate_witness, load_contracts
 from runner.runtime.attempt.triggers import TriggerEngine
 from runner.runtime.faults.base import FaultPlugin
@@ -30,7 +32,7 @@ PARAMS = {"endpoint": "destination"}
 
 @pytest.fixture(scope="module")
 def contract() -> WitnessContract:
-    return load_contracts(WITNESSES)[FaultKind.LOST_RESPONSE]
+    return load_contracts(WITNESSES)[LOST_RESPONSE]
 
 
 @dataclass
@@ -81,7 +83,7 @@ def run_attempt(
     with EgressProxy(destination.address, sink=engine, subject_close_timeout=5) as proxy:
         plugin: FaultPlugin = make_plugin(proxy, read_from or destination.address)
         trigger = Trigger(tool="submit_patch", ordinal=2, phase=phase)
-        engine.schedule("lost-2", FaultKind.LOST_RESPONSE, trigger, plugin, PARAMS)
+        engine.schedule("lost-2", LOST_RESPONSE, trigger, plugin, PARAMS)
         engine.arm()
         out: list[SubjectLog] = []
         t = threading.Thread(

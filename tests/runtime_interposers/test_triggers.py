@@ -8,9 +8,15 @@ from typing import Any
 
 import pytest
 
+from runner.evaluator.core.types import Phase
 from runner.evaluator.evidence.journal import Journal, read_journal
 from runner.evaluator.evidence.records import Record
-from runner.evaluator.protocol.spec import FaultKind, Phase, Trigger
+from runner.evaluator.protocol.faultkinds import (
+    LOST_RESPONSE,
+    SANDBOX_RESTART,
+    SIGKILL_MID_TOOL_CALL,
+)
+from runner.evaluator.protocol.spec import Trigger
 from runner.evaluator.protocol.witness import load_contracts
 from runner.runtime.attempt.triggers import TriggerEngine
 from runner.runtime.faults.base import (
@@ -38,7 +44,7 @@ WITNESSES = Path(__file__).resolve().parents[2] / "witnesses"
 class Probe(FaultPlugin):
     """A test fault: records where it was injected; its collector echoes the call id."""
 
-    kind = FaultKind.SIGKILL_MID_TOOL_CALL
+    kind = SIGKILL_MID_TOOL_CALL
     actuator = "test.probe"
     observations = {"seen": Observed("probe_collector", WitnessStage.AFTER_INJECTION)}
 
@@ -250,10 +256,10 @@ def test_plugin_declarations_are_checked(journal: Journal, destination: Destinat
         lost = LostResponseFault(proxy, destination.address)
         validate_plugin(lost)
         validate_plugin(lost.noop())
-        check_against_contract(lost, contracts[FaultKind.LOST_RESPONSE])
-        check_against_contract(lost.noop(), contracts[FaultKind.LOST_RESPONSE])
+        check_against_contract(lost, contracts[LOST_RESPONSE])
+        check_against_contract(lost.noop(), contracts[LOST_RESPONSE])
         with pytest.raises(PluginContractError):
-            check_against_contract(lost, contracts[FaultKind.SANDBOX_RESTART])
+            check_against_contract(lost, contracts[SANDBOX_RESTART])
 
     class Incomplete(Probe):
         observations = {}
@@ -263,6 +269,6 @@ def test_plugin_declarations_are_checked(journal: Journal, destination: Destinat
     engine = TriggerEngine(journal, cell_id=CELL, attempt=1)
     trigger = Trigger(tool="*", ordinal=1, phase=Phase.RECEIVED)
     with pytest.raises(PluginContractError):
-        engine.schedule("f", FaultKind.SIGKILL_MID_TOOL_CALL, trigger, Incomplete())
+        engine.schedule("f", SIGKILL_MID_TOOL_CALL, trigger, Incomplete())
     with pytest.raises(ValueError, match="plugin implements"):
-        engine.schedule("f", FaultKind.LOST_RESPONSE, trigger, Probe())
+        engine.schedule("f", LOST_RESPONSE, trigger, Probe())

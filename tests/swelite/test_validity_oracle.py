@@ -60,15 +60,15 @@ def test_each_strategy_shows_exactly_its_known_weakness(two_runs) -> None:
         for t in cells:
             assert t.status is not None and t.status.value == "COMPLETED", (subject, t)
             dup = (t.committed_effects or 0) - (t.intended_effects or 0)
-            expected = 1 if t.kind.value in DUPLICATES_UNDER[subject] else 0
-            assert dup == expected, f"{subject} under {t.kind.value}: {dup} duplicate(s)"
+            expected = 1 if t.kind in DUPLICATES_UNDER[subject] else 0
+            assert dup == expected, f"{subject} under {t.kind}: {dup} duplicate(s)"
 
 
 def test_restart_costs_the_stateless_strategy_a_full_redo(two_runs) -> None:
     records, _ = two_runs
 
     def extra(subject: str) -> int:
-        by_kind = {t.kind.value: t.tool_calls or 0 for t in records[subject]}
+        by_kind = {t.kind: t.tool_calls or 0 for t in records[subject]}
         return by_kind["sigkill_mid_tool_call"] - by_kind["none"]
 
     # blind retry keeps no state, so after SIGKILL it does every step again; checkpointing

@@ -11,7 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from runner.evaluator.protocol.spec import FaultKind, Phase
+from runner.evaluator.core.types import Phase
+from runner.evaluator.protocol.faultkinds import FaultKind
 
 EVIDENCE_SCHEMA_VERSION = "afb.evidence/1"
 Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]

@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict
 from runner.evaluator.core.canonical import canonical_bytes, digest
 from runner.evaluator.core.errors import InputError
 
-from .spec import Fault, FaultKind, Spec, Subject
+from .faultkinds import NO_FAULT, FaultKind
+from .spec import Fault, Spec, Subject
 
 
 class Frozen(BaseModel):
@@ -66,9 +67,9 @@ def stratum_key(dims: Sequence[str], kind: str, bucket: str) -> str:
 
 def _schedule_content(fault: Fault | None) -> dict[str, Any]:
     if fault is None:
-        return {"kind": FaultKind.NONE.value, "trigger": None, "parameters": {}}
+        return {"kind": NO_FAULT, "trigger": None, "parameters": {}}
     return {
-        "kind": fault.kind.value,
+        "kind": fault.kind,
         "trigger": fault.trigger.model_dump(mode="json"),
         "parameters": fault.parameters,
     }
@@ -96,7 +97,7 @@ def iter_slots(spec: Spec) -> Iterator[Slot]:
         for fault in faults:
             if fault is not None and not _applies(fault, task_set.id, task.bucket):
                 continue
-            fault_id = FaultKind.NONE.value if fault is None else fault.id
+            fault_id = NO_FAULT if fault is None else fault.id
             content = _schedule_content(fault)
             for seed in spec.matrix.seeds:
                 body = {"task": task_id, "task_set": task_set.id, "seed": seed, **content}
@@ -116,7 +117,7 @@ def iter_slots(spec: Spec) -> Iterator[Slot]:
                     seed=seed,
                     schedule=Schedule(
                         fault_id=fault_id,
-                        kind=FaultKind(content["kind"]),
+                        kind=content["kind"],
                         trigger=content["trigger"],
                         parameters=content["parameters"],
                         tie_break=_tie_break(seed, task_id, fault_id),

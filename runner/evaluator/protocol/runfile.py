@@ -43,7 +43,7 @@ class RunProtocol(BaseModel):
         return _parse_spec(self.spec_text)
 
     def contract_map(self) -> dict[str, WitnessContract]:
-        return {c.kind.value: c for c in self.contracts}
+        return {c.kind: c for c in self.contracts}
 
 
 @functools.lru_cache(maxsize=4)
@@ -128,7 +128,7 @@ def consistency_problems(rp: RunProtocol) -> list[str]:
             "task": slot.task_id,
             "task_set": slot.task_set,
             "seed": slot.seed,
-            "kind": slot.schedule.kind.value,
+            "kind": slot.schedule.kind,
             "trigger": slot.schedule.trigger,
             "parameters": slot.schedule.parameters,
         }

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import tomllib
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -18,7 +17,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    Strict,
     ValidationError,
     field_validator,
     model_validator,
@@ -27,51 +25,13 @@ from pydantic import (
 from runner.evaluator.core.canonical import MAX_SAFE_INTEGER, CanonicalError, canonical_bytes
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.inputs import project_root
+from runner.evaluator.core.types import RETRYABLE, Lax, Phase, Status, StrictFrozen
+
+from .faultkinds import NO_FAULT, FaultKind, kind_def
 
 SPEC_SCHEMA_VERSION = "afb.spec/1"
 Ident = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")]
 SafeInt = Annotated[int, Field(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
-
-
-class Frozen(BaseModel):
-    # strict: TOML is typed, so "3" is not an integer and 1 is not a boolean. Enumerations are
-    # still given as their string values (Lax below).
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-Lax = Strict(False)
-
-
-class FaultKind(StrEnum):
-    NONE = "none"
-    SANDBOX_RESTART = "sandbox_restart"
-    LOST_RESPONSE = "lost_response"
-    SIGKILL_MID_TOOL_CALL = "sigkill_mid_tool_call"
-    NETWORK_PARTITION = "network_partition"
-
-
-INJECTED_KINDS = tuple(k for k in FaultKind if k is not FaultKind.NONE)
-
-
-class Phase(StrEnum):
-    """Points in one tool call's life at the interposer; triggers fire at exactly one of these."""
-
-    RECEIVED = "received"
-    DISPATCHED = "dispatched"
-    EFFECT_DONE = "effect_done"
-    RESPONSE_SENT = "response_sent"
-
-
-class Status(StrEnum):
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    SUBJECT_PRE_TRIGGER_FAILURE = "SUBJECT_PRE_TRIGGER_FAILURE"
-    SCENARIO_MISMATCH = "SCENARIO_MISMATCH"
-    INVALID_INJECTION = "INVALID_INJECTION"
-    HARNESS_INVALID = "HARNESS_INVALID"
-
-
-RETRYABLE = frozenset({Status.INVALID_INJECTION, Status.HARNESS_INVALID})
 
 
 def _unique_sorted(values: list[Any], what: str) -> list[Any]:
@@ -86,19 +46,19 @@ def _unique_sorted(values: list[Any], what: str) -> list[Any]:
 # ---------------------------------------------------------------- protocol, tools, tasks, subjects
 
 
-class ProtocolSection(Frozen):
+class ProtocolSection(StrictFrozen):
     id: Ident
     version: str = Field(min_length=1, max_length=64)
     description: str = ""
 
 
-class Tool(Frozen):
+class Tool(StrictFrozen):
     name: Ident
     irreversible: bool = False
     description: str = ""
 
 
-class Task(Frozen):
+class Task(StrictFrozen):
     id: Ident
     bucket: Ident
     path: str | None = Field(
@@ -106,7 +66,7 @@ class Task(Frozen):
     )
 
 
-class TaskSet(Frozen):
+class TaskSet(StrictFrozen):
     id: Ident
     buckets: list[Ident] = Field(description="set: the buckets tasks of this set may declare")
     tasks: list[Task] = Field(min_length=1, description="set, keyed by task id")
@@ -120,7 +80,7 @@ class TaskSet(Frozen):
 JsonValue = Any
 
 
-class Subject(Frozen):
+class Subject(StrictFrozen):
     id: Ident
     agent: str = Field(
         min_length=1, description="entry point of the agent, e.g. reference:idempotency_key"
@@ -131,7 +91,7 @@ class Subject(Frozen):
 # ------------------------------------------------------------------------------- faults, triggers
 
 
-class Trigger(Frozen):
+class Trigger(StrictFrozen):
     """A benchmark-owned semantic checkpoint; never a wall-clock offset."""
 
     event: Literal["tool_call"] = "tool_call"
@@ -140,38 +100,7 @@ class Trigger(Frozen):
     phase: Annotated[Phase, Lax]
 
 
-class RestartParams(Frozen):
-    mode: Literal["restart", "recreate"] = "restart"
-
-
-class LostResponseParams(Frozen):
-    endpoint: Literal["destination"] = "destination"
-
-
-class SigkillParams(Frozen):
-    target: Literal["subject"] = "subject"
-
-
-class PartitionParams(Frozen):
-    endpoint: Literal["destination"] = "destination"
-    control: Literal["interposer"] = "interposer"
-    release_after_blocked_attempts: int = Field(
-        default=1,
-        ge=1,
-        le=100,
-        description="release once the drop rule counted this many blocked connection attempts",
-    )
-
-
-_PARAMS: dict[FaultKind, type[Frozen]] = {
-    FaultKind.SANDBOX_RESTART: RestartParams,
-    FaultKind.LOST_RESPONSE: LostResponseParams,
-    FaultKind.SIGKILL_MID_TOOL_CALL: SigkillParams,
-    FaultKind.NETWORK_PARTITION: PartitionParams,
-}
-
-
-class Applicability(Frozen):
+class Applicability(StrictFrozen):
     task_sets: list[Ident] | None = Field(default=None, description="set; None = all")
     buckets: list[Ident] | None = Field(default=None, description="set; None = all")
 
@@ -181,24 +110,24 @@ class Applicability(Frozen):
         return None if v is None else _unique_sorted(v, "name")
 
 
-class Fault(Frozen):
+class Fault(StrictFrozen):
     id: Ident
-    kind: Annotated[FaultKind, Lax]
+    kind: FaultKind
     trigger: Trigger
     parameters: dict[str, JsonValue] = Field(default_factory=dict)
     applies_to: Applicability = Applicability()
 
     @model_validator(mode="after")
     def _typed_parameters(self) -> Fault:
-        if self.kind is FaultKind.NONE:
+        if self.kind == NO_FAULT:
             raise ValueError("kind 'none' is implicit (baseline cells); do not declare it")
         # Validate against the kind's parameter model and store the fully-defaulted form, so
         # writing a default explicitly or leaving it out hashes the same.
-        model = _PARAMS[self.kind]
+        model = kind_def(self.kind).params
         try:
             typed = model.model_validate(self.parameters)
         except ValidationError as exc:
-            raise ValueError(f"parameters for {self.kind.value}: {_first_error(exc)}") from exc
+            raise ValueError(f"parameters for {self.kind}: {_first_error(exc)}") from exc
         object.__setattr__(self, "parameters", typed.model_dump(mode="json"))
         return self
 
@@ -206,7 +135,7 @@ class Fault(Frozen):
 # ---------------------------------------------------------------------------------------- policy
 
 
-class AttemptPolicy(Frozen):
+class AttemptPolicy(StrictFrozen):
     cap: int = Field(ge=1, le=20, description="attempts per cell, fixed in advance")
     retry_on: list[Annotated[Status, Lax]] = Field(
         default_factory=lambda: [Status.HARNESS_INVALID, Status.INVALID_INJECTION],
@@ -229,7 +158,7 @@ StratumDim = Literal["fault_kind", "task_bucket"]
 _DEFAULT_STRATA: tuple[StratumDim, ...] = ("fault_kind", "task_bucket")
 
 
-class Eligibility(Frozen):
+class Eligibility(StrictFrozen):
     witnessed_coverage_floor_percent: int = Field(
         default=100, ge=1, le=100, description="applies overall and in every stratum"
     )
@@ -250,7 +179,7 @@ class Eligibility(Frozen):
         return _unique_sorted(v, "stratum dimension")
 
 
-class Scoring(Frozen):
+class Scoring(StrictFrozen):
     scorer_version: str = Field(min_length=1, max_length=32)
     measures: list[Literal["completion", "duplicate_effects", "recovery_overhead"]] = Field(
         description="set"
@@ -270,7 +199,7 @@ _DEFAULT_EQUAL: tuple[Literal["protocol_hash", "cell_set_hash"], ...] = (
 )
 
 
-class Comparison(Frozen):
+class Comparison(StrictFrozen):
     require_equal: list[Literal["protocol_hash", "cell_set_hash"]] = Field(
         default_factory=lambda: list(_DEFAULT_EQUAL), description="set"
     )
@@ -286,7 +215,7 @@ class Comparison(Frozen):
 _DEFAULT_OUTPUTS: tuple[Literal["json", "markdown"], ...] = ("json", "markdown")
 
 
-class Publication(Frozen):
+class Publication(StrictFrozen):
     require_frozen: bool = True
     outputs: list[Literal["json", "markdown"]] = Field(
         default_factory=lambda: list(_DEFAULT_OUTPUTS), description="set"
@@ -298,7 +227,7 @@ class Publication(Frozen):
         return _unique_sorted(v, "output")
 
 
-class Grader(Frozen):
+class Grader(StrictFrozen):
     id: Ident
     version: str = Field(min_length=1, max_length=32)
     image: Ident | None = Field(
@@ -318,7 +247,7 @@ class Grader(Frozen):
 # ----------------------------------------------------- controlled factors and source contracts
 
 
-class ShapeCheck(Frozen):
+class ShapeCheck(StrictFrozen):
     """What a source's answer must look like before any value from it is believed."""
 
     status: int | None = Field(default=None, ge=100, le=599)
@@ -339,7 +268,7 @@ class ShapeCheck(Frozen):
     max_bytes: int = Field(default=1_048_576, ge=1)
 
 
-class SourceContract(Frozen):
+class SourceContract(StrictFrozen):
     """A typed, content-addressed source: where a value comes from and how it is read."""
 
     id: Ident
@@ -351,7 +280,7 @@ class SourceContract(Frozen):
     shape: ShapeCheck = ShapeCheck(parse="text")
 
 
-class Tolerance(Frozen):
+class Tolerance(StrictFrozen):
     relative_percent: int | None = Field(default=None, ge=0, le=1000)
     absolute: float | None = Field(default=None, ge=0)
 
@@ -362,7 +291,7 @@ class Tolerance(Frozen):
         return self
 
 
-class Factor(Frozen):
+class Factor(StrictFrozen):
     id: Ident
     definition: str = Field(min_length=1)
     source: Ident = Field(description="id of a [[sources]] contract")
@@ -400,7 +329,7 @@ class Factor(Frozen):
 # -------------------------------------------------------------------------------------- the spec
 
 
-class MatrixSection(Frozen):
+class MatrixSection(StrictFrozen):
     baseline: bool = Field(default=True, description="include fault 'none' cells for overhead")
     seeds: list[SafeInt] = Field(min_length=1, description="set")
 
@@ -410,7 +339,7 @@ class MatrixSection(Frozen):
         return _unique_sorted(v, "seed")
 
 
-class Spec(Frozen):
+class Spec(StrictFrozen):
     schema_version: Literal["afb.spec/1"] = Field(alias="schema", default="afb.spec/1")
     protocol: ProtocolSection
     tools: list[Tool] = Field(min_length=1, description="set, keyed by name")
@@ -506,7 +435,7 @@ def _no_duplicate_cells(spec: Spec) -> None:
     schedules: dict[bytes, str] = {}
     for i, f in enumerate(spec.faults):
         key = canonical_bytes(
-            {"kind": f.kind.value, "trigger": f.trigger.model_dump(mode="json"), "p": f.parameters}
+            {"kind": f.kind, "trigger": f.trigger.model_dump(mode="json"), "p": f.parameters}
         )
         if key in schedules:
             raise _LocatedError(

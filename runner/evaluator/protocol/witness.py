@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from runner.evaluator.core.canonical import digest, parse_json
 from runner.evaluator.core.errors import InputError
 
-from .spec import INJECTED_KINDS, FaultKind
+from .faultkinds import NO_FAULT, FaultKind, injected_kinds, kind_def
 
 WITNESS_SCHEMA_VERSION = "afb.witness/1"
 _MISSING = object()
@@ -154,17 +154,23 @@ def evaluate_witness(
 
 
 def load_contracts(directory: Path) -> dict[FaultKind, WitnessContract]:
-    """One contract per injected fault kind; a missing or extra kind is an error."""
+    """One contract per registered fault kind; a missing, second or unknown kind is an error.
+
+    Contracts are `directory/*.json`, plus the file a kind registered with an explicit contract
+    path names (a kind registered outside the checkout: see `faultkinds.register_fault_kind`).
+    """
+    paths = sorted(directory.glob("*.json"))
+    paths += [d.contract for k in injected_kinds() if (d := kind_def(k)).contract is not None]
     out: dict[FaultKind, WitnessContract] = {}
-    for path in sorted(directory.glob("*.json")):
+    for path in paths:
         try:
             contract = WitnessContract.model_validate(parse_json(path.read_bytes()))
         except (OSError, ValueError, ValidationError) as exc:
             raise InputError(f"invalid witness contract: {exc}", file=str(path)) from exc
-        if contract.kind in out or contract.kind is FaultKind.NONE:
+        if contract.kind in out or contract.kind == NO_FAULT:
             raise InputError(f"second or invalid contract for {contract.kind}", file=str(path))
         out[contract.kind] = contract
-    missing = [k.value for k in INJECTED_KINDS if k not in out]
+    missing = [k for k in injected_kinds() if k not in out]
     if missing:
         raise InputError(f"no witness contract for {missing}", file=str(directory))
     return out
@@ -174,7 +180,7 @@ def contracts_hash(contracts: dict[FaultKind, WitnessContract]) -> str:
     return digest(
         {
             "schema": "afb.witness-set/1",
-            "contracts": {k.value: _hashable(c) for k, c in sorted(contracts.items())},
+            "contracts": {k: _hashable(c) for k, c in sorted(contracts.items())},
         }
     )
 

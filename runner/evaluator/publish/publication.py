@@ -18,8 +18,9 @@ import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from runner.evaluator.core.canonical import MAX_SAFE_INTEGER, fast_canonical_bytes, fast_digest
+from runner.evaluator.core.types import Status
+from runner.evaluator.protocol.faultkinds import NO_FAULT, FaultKind
 from runner.evaluator.protocol.matrix import Slot
-from runner.evaluator.protocol.spec import FaultKind, Status
 from runner.evaluator.verdict.eligibility import EligibilityProof, SubjectEvaluation, jsonl_hash
 from runner.evaluator.verdict.outcomes import SUBJECT_OUTCOMES
 
@@ -418,7 +419,7 @@ def build_scorecard(ev: SubjectEvaluation, slots: list[Slot]) -> tuple[Publishab
     if jsonl_hash(ev.terminal_jsonl) != p.terminal_records_hash:
         raise ValueError("terminal records do not match the proof")
     index = {s.slot_id: s for s in slots}
-    none = FaultKind.NONE.value
+    none = NO_FAULT
     baselines: dict[tuple[str, int], tuple[int | None, str | None]] = {}
     for line in ev.terminal_lines():
         # Only baseline cells matter here. In a canonical TerminalRecord line these bytes occur

@@ -22,11 +22,12 @@ from runner.evaluator.core.canonical import (
     fast_canonical_bytes,
     fast_digest,
 )
+from runner.evaluator.core.types import Status
 from runner.evaluator.evidence.journal import EvidenceStore
 from runner.evaluator.evidence.records import EnvironmentRecorded
+from runner.evaluator.protocol.faultkinds import NO_FAULT
 from runner.evaluator.protocol.matrix import Slot, stratum_key
 from runner.evaluator.protocol.runfile import RunProtocol, consistency_problems
-from runner.evaluator.protocol.spec import FaultKind, Status
 
 from .outcomes import Positioned, TerminalRecord, group_attempts, terminal_record
 
@@ -265,7 +266,7 @@ def evaluate_run(
                 slot.schedule.parameters,
                 grouped.pop(cid, None),
                 spec.attempts,
-                contracts.get(slot.schedule.kind.value),
+                contracts.get(slot.schedule.kind),
                 spec.scoring.scorer_version,
             )
 
@@ -378,16 +379,16 @@ def decide_subject(
 def _expected_strata(rp: RunProtocol) -> set[str]:
     spec = rp.spec()
     dims = list(spec.eligibility.strata)
-    kinds = {f.kind.value for f in spec.faults}
+    kinds = {f.kind for f in spec.faults}
     if spec.matrix.baseline:
-        kinds.add(FaultKind.NONE.value)
+        kinds.add(NO_FAULT)
     out = set()
     for ts in spec.task_sets:
         # The strata depend on a task only through its bucket: one representative per bucket.
         for t in {t.bucket: t for t in ts.tasks}.values():
             for k in kinds:
-                fault_ok = k == FaultKind.NONE.value or any(
-                    f.kind.value == k
+                fault_ok = k == NO_FAULT or any(
+                    f.kind == k
                     and (f.applies_to.task_sets is None or ts.id in f.applies_to.task_sets)
                     and (f.applies_to.buckets is None or t.bucket in f.applies_to.buckets)
                     for f in spec.faults

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from runner.evaluator.core.types import Status
 from runner.evaluator.evidence.records import (
     ActuatorReceipt,
     AttemptEnded,
@@ -26,7 +27,8 @@ from runner.evaluator.evidence.records import (
     TriggerReached,
     WitnessObservation,
 )
-from runner.evaluator.protocol.spec import AttemptPolicy, FaultKind, Status
+from runner.evaluator.protocol.faultkinds import NO_FAULT, FaultKind
+from runner.evaluator.protocol.spec import AttemptPolicy
 from runner.evaluator.protocol.witness import WitnessContract, evaluate_witness
 
 SUBJECT_OUTCOMES = frozenset(
@@ -142,7 +144,7 @@ def _witness(
         reasons.append("actuator_not_applied")
     by_name: dict[str, dict[str, Any]] = {}
     for o in sorted(a.observations, key=lambda o: o.model_dump_json()):
-        if o.kind is not kind:
+        if o.kind != kind:
             reasons.append("observation_of_other_kind")
         if o.name in by_name and by_name[o.name] != o.observation:
             reasons.append(f"contradictory_observation:{o.name}")
@@ -181,7 +183,7 @@ def attempt_status(
     grade = _one(a.grades, "grader_results", reasons)
     if reasons:
         return Status.HARNESS_INVALID, reasons
-    if kind is not FaultKind.NONE:
+    if kind != NO_FAULT:
         if not a.triggers:
             if ended.trigger_reached:
                 return Status.INVALID_INJECTION, ["trigger_record_missing"]
@@ -236,7 +238,7 @@ def terminal_record(
     for n in numbers:
         a = attempts[n]
         for s in a.started:
-            if s.cell_id != cell_id or s.kind is not kind or s.slot_id != slot_id:
+            if s.cell_id != cell_id or s.kind != kind or s.slot_id != slot_id:
                 reasons.append("attempt_schedule_mismatch")
         status, why = attempt_status(a, kind, params, contract, scorer_version)
         verdicts.append(AttemptVerdict(attempt=n, status=status, reasons=why))

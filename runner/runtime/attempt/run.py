@@ -34,7 +34,11 @@ from runner.evaluator.evidence.records import (
     SubjectExit,
 )
 from runner.evaluator.evidence.shape import ResponseSnapshot, check_shape
-from runner.evaluator.protocol.spec import FaultKind, ShapeCheck
+from runner.evaluator.protocol.faultkinds import (
+    NO_FAULT,
+    FaultKind,
+)
+from runner.evaluator.protocol.spec import ShapeCheck
 from runner.evaluator.protocol.witness import WitnessContract, load_contracts
 from runner.runtime.attempt.api import (
     AttemptPlan,
@@ -47,10 +51,7 @@ from runner.runtime.attempt.api import journal_name as attempt_journal_name
 from runner.runtime.attempt.subject import SubjectRegistry, prepare_state_dir
 from runner.runtime.attempt.triggers import TriggerEngine
 from runner.runtime.faults.base import FaultPlugin, check_against_contract
-from runner.runtime.faults.lost_response import LostResponseFault
-from runner.runtime.faults.network_partition import NetworkPartitionFault
-from runner.runtime.faults.sandbox_restart import SandboxRestartFault
-from runner.runtime.faults.sigkill import SigkillFault
+from runner.runtime.faults.registry import build_plugin
 from runner.runtime.host import naming
 from runner.runtime.host.netns import AttemptNetwork
 from runner.runtime.host.nft import PartitionTable
@@ -154,7 +155,7 @@ class RunServices:
 
 @dataclass
 class AttemptResources:
-    """What a fault plugin may be built from (the default factory is `default_plugin`)."""
+    """What a fault plugin may be built from (default factory: `faults.registry.build_plugin`)."""
 
     plan: AttemptPlan
     net: AttemptNetwork
@@ -168,19 +169,6 @@ class AttemptResources:
 
 
 PluginFactory = Callable[[AttemptResources], FaultPlugin]
-
-
-def default_plugin(r: AttemptResources) -> FaultPlugin:
-    kind = r.plan.kind
-    if kind is FaultKind.LOST_RESPONSE:
-        return LostResponseFault(r.proxy, r.destination.address)
-    if kind is FaultKind.SANDBOX_RESTART:
-        return SandboxRestartFault(r.sandbox, r.interposer)
-    if kind is FaultKind.SIGKILL_MID_TOOL_CALL:
-        return SigkillFault(r.registry, r.reaper, r.interposer, r.proxy)
-    if kind is FaultKind.NETWORK_PARTITION:
-        return NetworkPartitionFault(r.table, r.net.netns, r.proxy.address, r.interposer.address)
-    raise ValueError(f"no plugin for fault kind {kind}")
 
 
 def journal_name(plan: AttemptPlan) -> str:
@@ -251,7 +239,7 @@ class _Attempt:
     ) -> None:
         self.plan = plan
         self.services = services
-        self.factory = factory or default_plugin
+        self.factory = factory or build_plugin
         self.name = journal_name(plan)
         self.journal: Journal = services.evidence.journal(self.name)
         self.ref = {"cell_id": plan.cell_id, "attempt": plan.attempt}
@@ -404,7 +392,7 @@ class _Attempt:
             s.launcher, p.subject.argv, state_dir=state_dir, netns=net.netns, env=env
         )
         self.stage = "schedule"
-        if p.kind is not FaultKind.NONE:
+        if p.kind != NO_FAULT:
             res = AttemptResources(
                 p, net, table, sandbox, dest, interposer, proxy, self.registry, s.reaper
             )
@@ -421,7 +409,7 @@ class _Attempt:
         last = self._run_subject()
         self.stage = "finish"
         self.tool_calls = engine.finish()
-        if p.kind is not FaultKind.NONE and not engine.reached:
+        if p.kind != NO_FAULT and not engine.reached:
             self.outcome = "trigger_not_reached"
         elif last.exited and last.exit_code == 0:
             self.outcome = "subject_finished"

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from runner.evaluator.core.types import Phase
 from runner.evaluator.evidence.journal import Journal
 from runner.evaluator.evidence.records import (
     ActuatorReceipt,
@@ -27,7 +28,8 @@ from runner.evaluator.evidence.records import (
     TriggerReached,
     WitnessObservation,
 )
-from runner.evaluator.protocol.spec import FaultKind, Phase, Trigger
+from runner.evaluator.protocol.faultkinds import FaultKind
+from runner.evaluator.protocol.spec import Trigger
 from runner.runtime.faults.base import (
     CallEvent,
     Directive,
@@ -160,7 +162,7 @@ class TriggerEngine:
     ) -> None:
         """Register one fault of the cell's resolved schedule (lifecycle `scheduled`)."""
         validate_plugin(plugin)
-        if plugin.kind is not kind:
+        if plugin.kind != kind:
             raise ValueError(f"fault {fault_id} is {kind}, plugin implements {plugin.kind}")
         trig = trigger if isinstance(trigger, Trigger) else Trigger.model_validate(dict(trigger))
         with self._lock:

@@ -48,7 +48,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Literal, NamedTuple
 
-from runner.evaluator.protocol.spec import FaultKind, Phase, Trigger
+from runner.evaluator.core.types import Phase
+from runner.evaluator.protocol.faultkinds import FaultKind, injected_kinds
+from runner.evaluator.protocol.spec import Trigger
 from runner.evaluator.protocol.witness import WitnessContract
 
 
@@ -204,8 +206,8 @@ def validate_plugin(plugin: FaultPlugin) -> None:
     for attr in ("kind", "actuator", "observations"):
         if not hasattr(plugin, attr):
             raise PluginContractError(f"{name}: missing class attribute {attr!r}")
-    if not isinstance(plugin.kind, FaultKind) or plugin.kind is FaultKind.NONE:
-        raise PluginContractError(f"{name}: kind must be an injected FaultKind")
+    if not isinstance(plugin.kind, str) or plugin.kind not in injected_kinds():
+        raise PluginContractError(f"{name}: kind must be a registered fault kind")
     if not plugin.actuator:
         raise PluginContractError(f"{name}: empty actuator name")
     if not plugin.observations:
@@ -219,7 +221,7 @@ def validate_plugin(plugin: FaultPlugin) -> None:
 
 def check_against_contract(plugin: FaultPlugin, contract: WitnessContract) -> None:
     """Declared observations == the contract's (name, collector, stage), exactly."""
-    if contract.kind is not plugin.kind:
+    if contract.kind != plugin.kind:
         raise PluginContractError(f"contract is for {contract.kind}, plugin for {plugin.kind}")
     want = {o.name: (o.collector, o.phase) for o in contract.observations}
     have = {n: (o.collector, o.stage.value) for n, o in plugin.observations.items()}

@@ -19,7 +19,7 @@ import json
 from typing import Any
 from urllib.parse import quote
 
-from runner.evaluator.protocol.spec import FaultKind
+from runner.evaluator.protocol.faultkinds import LOST_RESPONSE
 from runner.runtime.faults.base import (
     Directive,
     FaultContext,
@@ -29,13 +29,14 @@ from runner.runtime.faults.base import (
     Observed,
     WitnessStage,
 )
+from runner.runtime.faults.registry import FaultKindPlugin, SelftestCase, register
 from runner.runtime.interposers.proxy import EgressProxy, ExchangeRecord
 
 AFTER = WitnessStage.AFTER_INJECTION
 
 
 class LostResponseFault(FaultPlugin):
-    kind = FaultKind.LOST_RESPONSE
+    kind = LOST_RESPONSE
     actuator = "egress_proxy.drop_response"
     observations = {
         "proxy_connection": Observed("egress_proxy", AFTER),
@@ -178,3 +179,15 @@ def read_effects(
     if any(i.get("scope") != scope for i in items):
         failures.append("item_out_of_scope")  # a filter the server silently ignored
     return ([], failures) if failures else (items, [])
+
+
+register(
+    FaultKindPlugin(
+        kind=LOST_RESPONSE,
+        build=lambda r: LostResponseFault(r.proxy, r.destination.address),
+        selftest=SelftestCase(
+            trigger={"tool": "submit_patch", "ordinal": 1, "phase": "effect_done"},
+            parameters={"endpoint": "destination"},
+        ),
+    )
+)

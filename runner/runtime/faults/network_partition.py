@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any
 
-from runner.evaluator.protocol.spec import FaultKind
+from runner.evaluator.protocol.faultkinds import NETWORK_PARTITION
 from runner.runtime.faults.base import (
     Directive,
     FaultContext,
@@ -36,6 +36,7 @@ from runner.runtime.faults.base import (
     Observed,
     WitnessStage,
 )
+from runner.runtime.faults.registry import FaultKindPlugin, SelftestCase, register
 from runner.runtime.host.nft import NftError, PartitionTable
 
 AFTER = WitnessStage.AFTER_INJECTION
@@ -83,7 +84,7 @@ def probe(
 
 
 class NetworkPartitionFault(FaultPlugin):
-    kind = FaultKind.NETWORK_PARTITION
+    kind = NETWORK_PARTITION
     actuator = "nft.drop_rule(netns output)"
     observations = {
         "rule_state": Observed("nft_reader", AFTER),
@@ -205,3 +206,21 @@ class NetworkPartitionFault(FaultPlugin):
                 "control_error": res[1]["error"],
             }
         return out
+
+
+register(
+    FaultKindPlugin(
+        kind=NETWORK_PARTITION,
+        build=lambda r: NetworkPartitionFault(
+            r.table, r.net.netns, r.proxy.address, r.interposer.address
+        ),
+        selftest=SelftestCase(
+            trigger={"tool": "submit_patch", "ordinal": 1, "phase": "received"},
+            parameters={
+                "endpoint": "destination",
+                "control": "interposer",
+                "release_after_blocked_attempts": 1,
+            },
+        ),
+    )
+)

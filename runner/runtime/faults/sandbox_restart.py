@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.evaluator.protocol.spec import FaultKind
+from runner.evaluator.protocol.faultkinds import SANDBOX_RESTART
 from runner.runtime.faults.base import (
     Directive,
     FaultContext,
@@ -27,6 +27,7 @@ from runner.runtime.faults.base import (
     Observed,
     WitnessStage,
 )
+from runner.runtime.faults.registry import FaultKindPlugin, SelftestCase, register
 from runner.runtime.interposers.tools import ToolInterposer
 from runner.runtime.sandbox.podman import PodmanSandbox
 
@@ -36,7 +37,7 @@ AFTER_RELEASE = WitnessStage.AFTER_RELEASE
 
 
 class SandboxRestartFault(FaultPlugin):
-    kind = FaultKind.SANDBOX_RESTART
+    kind = SANDBOX_RESTART
     actuator = "podman.restart_or_recreate+interposer.bump_epoch"
     observations = {
         "sandbox_before": Observed("sandbox_inspector", BEFORE),
@@ -89,3 +90,15 @@ class SandboxRestartFault(FaultPlugin):
                 "error": f"{type(exc).__name__}: {exc}",
             }
         return {**out, **ident.model_dump()}
+
+
+register(
+    FaultKindPlugin(
+        kind=SANDBOX_RESTART,
+        build=lambda r: SandboxRestartFault(r.sandbox, r.interposer),
+        selftest=SelftestCase(
+            trigger={"tool": "exec", "ordinal": 2, "phase": "dispatched"},
+            parameters={"mode": "restart"},
+        ),
+    )
+)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from runner.evaluator.protocol.spec import FaultKind
+from runner.evaluator.protocol.faultkinds import SIGKILL_MID_TOOL_CALL
 from runner.runtime.faults.base import (
     Directive,
     FaultContext,
@@ -31,6 +31,7 @@ from runner.runtime.faults.base import (
     Observed,
     WitnessStage,
 )
+from runner.runtime.faults.registry import FaultKindPlugin, SelftestCase, register
 from runner.runtime.host.procs import ProcessIdentity, Reaper, Subject, process_identity
 from runner.runtime.interposers.proxy import EgressProxy
 from runner.runtime.interposers.tools import ToolInterposer
@@ -49,7 +50,7 @@ class ProcessRegistry(Protocol):
 
 
 class SigkillFault(FaultPlugin):
-    kind = FaultKind.SIGKILL_MID_TOOL_CALL
+    kind = SIGKILL_MID_TOOL_CALL
     actuator = "pidfd_send_signal(SIGKILL)"
     observations = {
         "target_process": Observed("process_registry", BEFORE),
@@ -150,3 +151,15 @@ class SigkillFault(FaultPlugin):
             "outcome": ex.outcome,
             "in_flight": ex.outcome == "pending",
         }
+
+
+register(
+    FaultKindPlugin(
+        kind=SIGKILL_MID_TOOL_CALL,
+        build=lambda r: SigkillFault(r.registry, r.reaper, r.interposer, r.proxy),
+        selftest=SelftestCase(
+            trigger={"tool": "exec", "ordinal": 2, "phase": "dispatched"},
+            parameters={"target": "subject"},
+        ),
+    )
+)

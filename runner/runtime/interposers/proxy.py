@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 
 import h11
 
-from runner.evaluator.protocol.spec import Phase
+from runner.evaluator.core.types import Phase
 from runner.runtime.attempt.triggers import Decision, Directive, EventSink, NullSink
 from runner.runtime.interposers.serving import ServedInThread
 

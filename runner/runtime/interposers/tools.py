@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
-from runner.evaluator.protocol.spec import Phase
+from runner.evaluator.core.types import Phase
 from runner.runtime.attempt.triggers import Decision, Directive, EventSink, NullSink
 from runner.runtime.interposers.serving import ServedInThread
 
