@@ -9,18 +9,21 @@
   description = "A witnessed fault-injection benchmark for AI agent runs";
 
   inputs = {
-    nixpkgs.url = "github:NixOS/nixpkgs/nixos-24.11";
+    # Pinned by revision (no flake.lock can be computed on the development machine: it has no
+    # network). nixpkgs: the nixos-25.11 branch on 2026-05-10; the uv2nix family: the revisions
+    # evaluated against each other by tests/reproducibility/test_nix_eval.py. README, "Nix".
+    nixpkgs.url = "github:NixOS/nixpkgs/8fd9daa3db09ced9700431c5b7ad0e8ba199b575";
     pyproject-nix = {
-      url = "github:pyproject-nix/pyproject.nix";
+      url = "github:pyproject-nix/pyproject.nix/7af23cfe91064865ecf2e835da28b45b3c6f49fd";
       inputs.nixpkgs.follows = "nixpkgs";
     };
     uv2nix = {
-      url = "github:pyproject-nix/uv2nix";
+      url = "github:pyproject-nix/uv2nix/49dac8d206c42175b069b7c6050ba27060a21106";
       inputs.pyproject-nix.follows = "pyproject-nix";
       inputs.nixpkgs.follows = "nixpkgs";
     };
     pyproject-build-systems = {
-      url = "github:pyproject-nix/build-system-pkgs";
+      url = "github:pyproject-nix/build-system-pkgs/90ffdeee1a4929b231913df067448cd9803d3e07";
       inputs.pyproject-nix.follows = "pyproject-nix";
       inputs.uv2nix.follows = "uv2nix";
       inputs.nixpkgs.follows = "nixpkgs";
@@ -49,27 +52,44 @@
       sweLite = imageDecl "swe-lite";
       # Nix's toJSON sorts keys and writes compact JSON, i.e. RFC 8785 bytes for this plain data.
       sweLiteInputDigest = "sha256:" + builtins.hashString "sha256" (builtins.toJSON sweLite);
-      created = "@${toString sweLite.source_date_epoch}";
+      created = isoUtc sweLite.source_date_epoch;
+
+      # Unix seconds -> "YYYY-MM-DDTHH:MM:SSZ" (dockerTools' stream_layered_image.py parses
+      # `created` with datetime.fromisoformat). Days to civil date: H. Hinnant's algorithm.
+      isoUtc = epoch:
+        let
+          div = builtins.div;
+          pad = n: if n < 10 then "0${toString n}" else toString n;
+          days = div epoch 86400;
+          secs = epoch - days * 86400;
+          z = days + 719468;
+          era = div z 146097;
+          doe = z - era * 146097;
+          yoe = div (doe - div doe 1460 + div doe 36524 - div doe 146096) 365;
+          doy = doe - (365 * yoe + div yoe 4 - div yoe 100);
+          mp = div (5 * doy + 2) 153;
+          d = doy - div (153 * mp + 2) 5 + 1;
+          m = if mp < 10 then mp + 3 else mp - 9;
+          y = yoe + era * 400 + (if m <= 2 then 1 else 0);
+        in
+        "${toString y}-${pad m}-${pad d}T${pad (div secs 3600)}:${pad (div (secs - div secs 3600 * 3600) 60)}:${pad (secs - div secs 60 * 60)}Z";
 
       runtimeTools = [ pkgs.podman pkgs.runc pkgs.conmon pkgs.nftables pkgs.iproute2
                        pkgs.mmdebstrap pkgs.coreutils pkgs.gnutar pkgs.nix ];
 
-      bench = pkgs.writeShellApplication {
+      # `nix run .#bench -- SPEC.toml` means `bench run SPEC.toml`; anything else is passed on.
+      # The venv's own `bench` is exec'd by its store path: writeShellApplication's PATH is
+      # runtimeInputs only, and the wrapper's name shadows the venv's.
+      benchApp = pkgs.writeShellApplication {
         name = "bench";
-        runtimeInputs = [ venv ] ++ runtimeTools;
-        # `nix run .#bench -- SPEC.toml` means `bench run SPEC.toml`; anything else is passed on.
+        runtimeInputs = runtimeTools;
         text = ''
           case "''${1:-}" in
-            *.toml) exec bench-py run "$@" ;;
-            *) exec bench-py "$@" ;;
+            *.toml) exec ${venv}/bin/bench run "$@" ;;
+            *) exec ${venv}/bin/bench "$@" ;;
           esac
         '';
       };
-      benchPy = pkgs.runCommand "bench-py" { } ''
-        mkdir -p $out/bin
-        ln -s ${venv}/bin/bench $out/bin/bench-py
-      '';
-      benchApp = pkgs.symlinkJoin { name = "agent-fault-bench"; paths = [ bench benchPy ]; };
 
       # Sandbox image via dockerTools: fixed creation time, labels carry the input digests.
       sweLiteImage = pkgs.dockerTools.buildLayeredImage {
@@ -98,7 +118,7 @@
       evaluatorImage = pkgs.dockerTools.buildLayeredImage {
         name = "localhost/afb-evaluator";
         tag = "nix";
-        created = "@1";
+        created = isoUtc 1;
         contents = [ venv ];
         extraCommands = ''
           mkdir -p opt/afb
@@ -118,7 +138,9 @@
       packages.${system} = {
         bench = benchApp;
         default = benchApp;
-        evaluator-inputs = evaluatorInputs;
+        # A derivation (flake show / check require one) whose output is a copy of the selected
+        # inputs: its NAR hash is evaluator_digest, as the check below requires.
+        evaluator-inputs = pkgs.runCommand "afb-evaluator-inputs" { } "cp -R ${evaluatorInputs} $out";
         sandbox-image = sweLiteImage;
         evaluator-image = evaluatorImage;
       };
