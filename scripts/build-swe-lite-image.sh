@@ -9,6 +9,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v mmdebstrap >/dev/null || { apt-get update -q && apt-get install -y -q mmdebstrap; }
 if [ "${1:-}" = "--force" ]; then
-  exec uv run python -m runner.runtime.images build images/swe-lite
+  exec uv run bench images build images/swe-lite
 fi
-exec uv run python -m runner.runtime.images ensure images/swe-lite
+exec uv run bench images build images/swe-lite --if-missing

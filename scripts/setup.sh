@@ -14,7 +14,7 @@ log() { printf 'setup: %s\n' "$*"; }
 [ "$(id -u)" -eq 0 ] || { echo "setup: must run as root" >&2; exit 1; }
 
 need=()
-for p in python3 python3-venv mmdebstrap nix-bin ca-certificates; do
+for p in python3 python3-venv mmdebstrap nix-bin ca-certificates chromium chromium-driver; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
 done
 if [ "${#need[@]}" -gt 0 ]; then

@@ -13,15 +13,15 @@ from rich.table import Table
 from runner.cli.app import EXIT_REFUSED, app, guarded, out
 from runner.evaluator.core.canonical import parse_json
 from runner.evaluator.core.errors import InputError
-from runner.evaluator.environment.conformance import (
+from runner.evaluator.environment.artifact import (
     EnvironmentPolicy,
     ExecutionEnvironment,
-    check_environments,
     load_default_policy,
     load_environment,
     policy_of,
 )
-from runner.evaluator.protocol.spec import load_spec
+from runner.evaluator.environment.conformance import check_environments
+from runner.evaluator.protocol.specload import load_spec
 
 env_app = typer.Typer(
     name="env",

@@ -15,7 +15,7 @@ from runner.evaluator.core.inputs import evaluator_digest
 from runner.evaluator.publish.compare import compare as compare_results
 from runner.evaluator.publish.compare import comparison_md
 from runner.evaluator.publish.registry import Registry
-from runner.evaluator.publish.results import SubjectResult, derive, write_results
+from runner.evaluator.publish.results import SubjectResult
 from runner.evaluator.publish.results import verify as verify_run
 
 RunDir = Annotated[Path, typer.Argument(help="a run directory", file_okay=False)]
@@ -51,19 +51,13 @@ def summary_table(results: dict[str, SubjectResult]) -> Table:
     return t
 
 
-def evaluate_and_write(run_dir: Path) -> dict[str, SubjectResult]:
-    from runner.evaluator.environment.hooks import environment_hook
-
-    _, results, files = derive(run_dir, evaluator_digest(), environment_hook)
-    write_results(run_dir, files)
-    return results
-
-
 @app.command()
 @guarded
 def evaluate(run_dir: RunDir) -> None:
     """Re-derive proofs and results from a run's evidence alone; write RUN_DIR/results/."""
     _need_run_dir(run_dir)
+    from runner.orchestrate import evaluate_and_write
+
     results = evaluate_and_write(run_dir)
     out.print(summary_table(results))
     out.print(f"results in {run_dir / 'results'}")

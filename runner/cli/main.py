@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from . import env, evidence, images, protocol, reproduce, run, selftest, sweep  # noqa: F401
+from . import (  # noqa: F401
+    env,
+    evidence,
+    images,
+    protocol,
+    regrade,
+    report,
+    reproduce,
+    run,
+    selftest,
+    sweep,
+    tasks,
+)
 from .app import app
 
 

@@ -23,7 +23,7 @@ from runner.evaluator.core.inputs import project_root
 from runner.evaluator.protocol import freeze as freezing
 from runner.evaluator.protocol.identities import compute
 from runner.evaluator.protocol.matrix import resolve
-from runner.evaluator.protocol.spec import load_spec
+from runner.evaluator.protocol.specload import load_spec
 from runner.evaluator.schemas import write_schemas
 
 SpecArg = Annotated[Path, typer.Argument(help="a spec file (TOML)")]

@@ -9,7 +9,7 @@ import typer
 
 from runner.cli.app import EXIT_INCOMPLETE, EXIT_REFUSED, app, err, guarded, out
 from runner.evaluator.core.errors import InputError
-from runner.evaluator.core.inputs import evaluator_digest, project_root
+from runner.evaluator.core.inputs import evaluator_digest
 from runner.evaluator.environment.hooks import environment_hook
 from runner.evaluator.publish.reproduce import reproduce as reproduce_bundle
 
@@ -35,52 +35,21 @@ def reproduce(
         raise typer.Exit(EXIT_INCOMPLETE)
     n = sum(1 for p in (bundle / "results").rglob("*") if p.is_file())
     out.print(f"REPRODUCED {bundle}: {n} result files re-derive byte for byte")
-    if rerun:
-        _rerun(bundle, out_dir, jobs)
+    if not rerun:
+        return
+    from runner.cli.run import cell_progress, log
+    from runner.orchestrate import rerun as rerun_bundle
 
-
-def _rerun(bundle: Path, out_root: Path, jobs: int) -> None:
-    from runner.cli.run import run_matrix
-    from runner.evaluator.core.canonical import parse_json
-    from runner.evaluator.environment.conformance import check_environments, load_environment
-    from runner.evaluator.evidence.journal import EvidenceStore
-    from runner.evaluator.protocol.runfile import read_protocol
-    from runner.evaluator.publish.reproduce import projection
-    from runner.evaluator.verdict.eligibility import LoadedEvidence, evaluate_run
-    from runner.runtime import envcollect
-    from runner.runtime.executor import MatrixRun
-    from runner.runtime.host import naming
-
-    rp = read_protocol(bundle)
-    spec_path = project_root() / "specs" / rp.spec_name
-    spec = rp.spec()
-    store = EvidenceStore(bundle)
-    published = LoadedEvidence.from_store(store)
-    here = envcollect.observe(spec)
-    then = [load_environment(parse_json(store.get_blob(r.artifact))) for r in published.environment]
-    proof = check_environments([*then, here], spec.factors, spec.sources)
-    if not proof.conform:
+    again = rerun_bundle(bundle, out_dir, jobs=jobs, log=log, progress=cell_progress)
+    if again.refused:
         err.print("[bold red]rerun refused[/]: this machine does not conform to the bundle's:")
-        for c in proof.reason_codes:
+        for c in again.refused:
             err.print(f"  - {c}")
         raise typer.Exit(EXIT_REFUSED)
-    mrun = MatrixRun.create(spec_path, out_root, naming.new_run_id(), allow_draft=False)
-    if mrun.rp.identities.protocol_hash != rp.identities.protocol_hash:
-        raise InputError(
-            f"{spec_path} resolves to another protocol than the bundle's", file=str(spec_path)
-        )
-    run_dir = run_matrix(mrun, jobs)
-    digest = evaluator_digest()
-    old = evaluate_run(rp, published, digest)
-    new = evaluate_run(
-        read_protocol(run_dir), LoadedEvidence.from_store(EvidenceStore(run_dir)), digest
-    )
-    differing = []
-    for subject in sorted(old):
-        a = projection(old[subject].terminal_records)
-        b = projection(new[subject].terminal_records)
-        differing += [f"{subject}: {x!r}" for x, y in zip(a, b, strict=True) if x != y]
-    if differing:
-        err.print(f"[bold red]RERUN DIFFERS[/] ({len(differing)} cells); first: {differing[0]}")
+    if again.differing:
+        first = again.differing[0]
+        err.print(f"[bold red]RERUN DIFFERS[/] ({len(again.differing)} cells); first: {first}")
         raise typer.Exit(EXIT_INCOMPLETE)
-    out.print(f"RERUN REPRODUCED: every cell's deterministic projection is identical ({run_dir})")
+    out.print(
+        f"RERUN REPRODUCED: every cell's deterministic projection is identical ({again.run_dir})"
+    )

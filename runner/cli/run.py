@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -9,9 +11,26 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from runner.cli.app import EXIT_INCOMPLETE, app, err, guarded, out
-from runner.cli.evidence import evaluate_and_write, summary_table
-from runner.evaluator.core.inputs import project_root
-from runner.runtime.executor import MatrixRun
+from runner.cli.evidence import summary_table
+
+
+@contextmanager
+def cell_progress(total: int, completed: int) -> Iterator[Callable[[], None]]:
+    """The progress display of a run: one bar over its cells."""
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=out,
+        transient=False,
+    ) as progress:
+        bar = progress.add_task("cells", total=total, completed=completed)
+        yield lambda: progress.advance(bar)
+
+
+def log(line: str) -> None:
+    out.print(line)
 
 
 @app.command()
@@ -26,62 +45,17 @@ def run(
     draft: Annotated[bool, typer.Option(help="allow a draft protocol (evidence only)")] = False,
 ) -> None:
     """Run a spec's preregistered matrix and write evidence, then scorecards or reports."""
-    from runner.runtime.host import naming, sweep
+    from runner.orchestrate import run_spec
 
-    if resume is not None:
-        mrun = MatrixRun.resume(spec, resume)
-        leftovers = sweep.sweep(prefix_filter=mrun.rp.run_id)
-        if leftovers.removed_anything:
-            out.print(f"removed leftovers: {leftovers.model_dump(exclude_defaults=True)}")
-    else:
-        mrun = MatrixRun.create(spec, out_dir, naming.new_run_id(), allow_draft=draft)
-    run_dir = run_matrix(mrun, jobs)
-    results = evaluate_and_write(run_dir)
-    out.print(summary_table(results))
+    outcome = run_spec(
+        spec, out_dir, jobs=jobs, resume=resume, draft=draft, log=log, progress=cell_progress
+    )
+    run_dir = outcome.run_dir
+    out.print(summary_table(outcome.results))
     comparison = run_dir / "results" / "comparison.md"
     if comparison.exists():
         out.print(comparison.read_text())
     out.print(f"results in {run_dir / 'results'}")
-    if any(r.scorecard is None for r in results.values()):
+    if not outcome.complete:
         err.print("incomplete evidence: no scorecard for the subjects marked above")
         raise typer.Exit(EXIT_INCOMPLETE)
-
-
-def run_matrix(mrun: MatrixRun, jobs: int) -> Path:
-    """Execute every unfinished cell of a prepared run, with a progress display."""
-    from runner.imagebuild import builder as images
-    from runner.runtime import envcollect
-    from runner.runtime.attempt import run as attempt
-    from runner.runtime.executor import execute
-
-    run_dir, run_id = mrun.run_dir, mrun.rp.run_id
-    out.print(f"run {run_id} in {run_dir}")
-    image_name = mrun.spec.grader.image or "swe-lite"
-    built = images.ensure_image(project_root() / "images" / image_name)
-    env = envcollect.observe(mrun.spec)
-    mrun.record_start(env.to_json(), env.execution_environment_hash)
-    states = mrun.cell_states()
-    remaining = sum(not s.finished for s in states)
-    with (
-        attempt.RunServices(run_id, run_dir) as services,
-        Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=out,
-            transient=False,
-        ) as progress,
-    ):
-        bar = progress.add_task("cells", total=len(states), completed=len(states) - remaining)
-        summary = execute(
-            mrun,
-            built.tag,
-            lambda plan: attempt.run_attempt(plan, services),
-            jobs,
-            on_cell_done=lambda cell, n: progress.advance(bar),
-        )
-    out.print(
-        f"{summary.attempts_run} attempts over {summary.cells} cells in {summary.wall_s:.1f} s"
-    )
-    return run_dir

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
+from runner.evaluator.core.types import Frozen
 from runner.evaluator.evidence.records import Record
 from runner.evaluator.protocol.freeze import FreezeRecord
 from runner.evaluator.protocol.identities import Identities
@@ -15,7 +16,7 @@ from runner.evaluator.protocol.runfile import RunProtocol
 from runner.evaluator.protocol.spec import Spec
 from runner.evaluator.protocol.witness import WitnessContract, WitnessVerdict
 from runner.evaluator.publish.compare import Comparison
-from runner.evaluator.publish.publication import (
+from runner.evaluator.publish.models import (
     CellHistory,
     CellScore,
     IncompleteEvidenceReport,
@@ -26,10 +27,8 @@ from runner.evaluator.verdict.eligibility import EligibilityProof
 from runner.evaluator.verdict.outcomes import TerminalRecord
 
 
-class JournalLine(BaseModel):
+class JournalLine(Frozen):
     """One journal line: a record in its hash-chained envelope (see journal.py)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     seq: int
     prev: str | None

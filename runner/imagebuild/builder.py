@@ -17,12 +17,11 @@ pure function of the declared inputs, given an unchanged Debian mirror:
 
 Task files (problem, gold and test patches) are deliberately *not* baked in: the agent works
 inside this image, so a baked gold patch would leak the answer, and grading streams the test
-patch in from the host's task directory (see ``swelite_grade``).
+patch in from the host's task directory (see ``runner.benchmarks.swe_lite.grade``).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import datetime as dt
@@ -647,38 +646,10 @@ def dpkg_versions_from_layer(layer: BinaryIO) -> dict[str, str]:
     return out
 
 
-# --------------------------------------------------------------------------------------------
-# CLI: python -m runner.runtime.images {digest,fetch,build,ensure} IMAGE_DIR
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m runner.runtime.images")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("digest", "fetch", "build", "ensure", "inputs"):
-        p = sub.add_parser(name)
-        p.add_argument("image_dir", type=Path)
-        if name == "build":
-            p.add_argument("--out", type=Path, default=None, help="keep the archive here")
-            p.add_argument("--no-load", action="store_true", help="do not podman load")
-    args = ap.parse_args(argv)
-    if args.cmd == "digest":
-        print(image_input_digest(args.image_dir))
-    elif args.cmd == "inputs":
-        print(json.dumps(image_inputs(args.image_dir), indent=2, sort_keys=True))
-    elif args.cmd == "fetch":
-        conf = load_image_toml(args.image_dir)
-        for spec in _image_sources(args.image_dir, conf):
-            print(f"{spec.ref} {fetch_source(spec)}")
-    elif args.cmd == "build":
-        img = build_image(args.image_dir, out_dir=args.out, load=not args.no_load)
-        print(json.dumps(img.as_json(), indent=2, sort_keys=True))
-    else:
-        print(json.dumps(ensure_image(args.image_dir).as_json(), indent=2, sort_keys=True))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def fetch_image_sources(image_dir: Path, cache: Path | None = None) -> list[tuple[str, Path]]:
+    """Fetch (or find cached) every pinned source an image declares: (ref, sdist path)."""
+    conf = load_image_toml(image_dir)
+    return [(spec.ref, fetch_source(spec, cache)) for spec in _image_sources(image_dir, conf)]
 
 
 __all__ = [
@@ -691,6 +662,7 @@ __all__ = [
     "debian_mirror",
     "ensure_image",
     "extract_source",
+    "fetch_image_sources",
     "fetch_source",
     "fetch_sources",
     "image_identity",

@@ -35,16 +35,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urljoin, urlsplit
 
-from runner.evaluator.environment.conformance import (
+from runner.evaluator.environment.artifact import (
     EnvironmentPolicy,
     ExecutionEnvironment,
     FactorObservation,
     ShapeRecord,
     SourceRef,
     load_default_policy,
-    normalize,
     policy_of,
 )
+from runner.evaluator.environment.normalize import normalize
 from runner.evaluator.evidence.shape import RedirectHop, ResponseSnapshot, ShapeVerdict, read_value
 from runner.evaluator.protocol.spec import SourceContract, Spec
 

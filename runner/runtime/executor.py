@@ -11,8 +11,6 @@ off mid-way stays in the evidence (as HARNESS_INVALID) and is followed by the ne
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import json
 import os
 import threading
 import time
@@ -22,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.benchmarks.swe_lite.workload import SweLiteGrader, subject_task
 from runner.evaluator.core.canonical import canonical_bytes, sha256_digest
 from runner.evaluator.core.errors import EvidenceError, InputError
 from runner.evaluator.core.inputs import project_root
@@ -37,14 +34,13 @@ from runner.evaluator.protocol.runfile import (
     read_protocol,
     write_protocol,
 )
-from runner.evaluator.protocol.spec import Spec, load_spec, spec_base
+from runner.evaluator.protocol.spec import Spec
+from runner.evaluator.protocol.specload import load_spec
 from runner.evaluator.protocol.witness import load_contracts
 from runner.evaluator.verdict.outcomes import SUBJECT_OUTCOMES, attempt_status, group_attempts
-from runner.runtime.attempt.api import AttemptPlan, SubjectCommand, journal_name
-
-REFERENCE = "reference:"
-SUBJECT_SCRIPT = project_root() / "runner" / "subjects" / "reference.py"
-PUBLIC_DIR = Path("/run/afb/subjects")  # world-readable: the subject runs as nobody
+from runner.runtime.adapters import Launch, resolve_subjects
+from runner.runtime.attempt.api import AttemptPlan, journal_name
+from runner.runtime.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -62,43 +58,43 @@ class RunSummary:
     wall_s: float
 
 
-def _public_subject_script() -> Path:
-    """Copy the reference subject somewhere `nobody` can read it, named by its content."""
-    data = SUBJECT_SCRIPT.read_bytes()
-    target = PUBLIC_DIR / f"reference-{hashlib.sha256(data).hexdigest()[:16]}.py"
-    if not target.exists():
-        PUBLIC_DIR.mkdir(parents=True, exist_ok=True)
-        os.chmod(PUBLIC_DIR.parent, 0o755)
-        os.chmod(PUBLIC_DIR, 0o755)
-        tmp = target.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        os.chmod(tmp, 0o644)
-        tmp.replace(target)
-    return target
-
-
 class MatrixRun:
-    """One run directory: its protocol, its cells, and the attempts still owed."""
+    """One run directory: its protocol, its cells, and the attempts still owed.
 
-    def __init__(self, spec_path: Path, run_dir: Path, spec: Spec, rp: RunProtocol) -> None:
+    The benchmark is the `workload` (tasks, grading, image); each subject is launched by its
+    adapter (`runner.runtime.adapters`), resolved before the run directory exists.
+    """
+
+    def __init__(
+        self,
+        spec_path: Path,
+        run_dir: Path,
+        spec: Spec,
+        rp: RunProtocol,
+        workload: Workload,
+        launchers: dict[str, Launch],
+    ) -> None:
         self.spec_path = spec_path
         self.run_dir = run_dir
         self.spec = spec
         self.rp = rp
+        self.workload = workload
+        self.launchers = launchers
         self.store = EvidenceStore(run_dir)
         self.slots: dict[str, Slot] = {s.slot_id: s for s in rp.slots}
-        base = spec_base(spec_path)
-        task_dirs = {
-            tid: base / t.path for tid, (_, t) in spec.task_index().items() if t.path is not None
-        }
-        self.grader = SweLiteGrader(task_dirs)
-        self.script = _public_subject_script()
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------------ construction
 
     @classmethod
-    def create(cls, spec_path: Path, out_root: Path, run_id: str, allow_draft: bool) -> MatrixRun:
+    def create(
+        cls,
+        spec_path: Path,
+        out_root: Path,
+        run_id: str,
+        allow_draft: bool,
+        workload: Workload,
+    ) -> MatrixRun:
         spec = load_spec(spec_path)
         matrix = resolve(spec)
         root = project_root()
@@ -117,13 +113,7 @@ class MatrixRun:
                 "collect evidence only (a draft never yields a scorecard)",
                 file=str(spec_path),
             )
-        for s in spec.subjects:
-            if not s.agent.startswith(REFERENCE) or "strategy" not in s.config:
-                raise InputError(
-                    f"subject {s.id!r}: only reference subjects (agent = 'reference:...', "
-                    "config.strategy) can be launched by this runner",
-                    file=str(spec_path),
-                )
+        launchers = resolve_subjects(spec, spec_path)
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         run_dir = out_root / f"{spec.protocol.id}-{stamp}-{run_id}"
         run_dir.mkdir(parents=True, exist_ok=False)
@@ -138,10 +128,10 @@ class MatrixRun:
             freeze_record=record if state is freezing.ProtocolStatus.FROZEN else None,
         )
         write_protocol(run_dir, rp)
-        return cls(spec_path, run_dir, spec, rp)
+        return cls(spec_path, run_dir, spec, rp, workload, launchers)
 
     @classmethod
-    def resume(cls, spec_path: Path, run_dir: Path) -> MatrixRun:
+    def resume(cls, spec_path: Path, run_dir: Path, workload: Workload) -> MatrixRun:
         if not (run_dir / PROTOCOL_FILE).is_file():
             raise InputError("not a run directory (no protocol.json)", file=str(run_dir))
         rp = read_protocol(run_dir)
@@ -153,7 +143,7 @@ class MatrixRun:
                 f"resolves to {ids.protocol_hash}; a run continues only under its own protocol",
                 file=str(spec_path),
             )
-        return cls(spec_path, run_dir, spec, rp)
+        return cls(spec_path, run_dir, spec, rp, workload, resolve_subjects(spec, spec_path))
 
     # ---------------------------------------------------------------------------- evidence
 
@@ -214,13 +204,7 @@ class MatrixRun:
 
     def plan(self, cell: Cell, attempt: int, image: str) -> AttemptPlan:
         slot = self.slots[cell.slot_id]
-        subject = next(s for s in self.spec.subjects if s.id == cell.subject_id)
-        task = self.grader.tasks[cell.task_id]
-        argv = [
-            "/usr/bin/python3", str(self.script),
-            "--strategy", str(subject.config["strategy"]),
-            "--task-json", json.dumps(subject_task(task), sort_keys=True),
-        ]  # fmt: skip
+        launch = self.launchers[cell.subject_id]
         return AttemptPlan(
             run_id=self.rp.run_id,
             run_dir=self.run_dir,
@@ -235,11 +219,11 @@ class MatrixRun:
             trigger=slot.schedule.trigger,
             parameters=slot.schedule.parameters,
             image=image,
-            subject=SubjectCommand(argv=argv),
+            subject=launch(self.workload.subject_task(cell.task_id)),
             grader_id=self.spec.grader.id,
             grader_version=self.spec.grader.version,
             scorer_version=self.spec.scoring.scorer_version,
-            grade=self.grader.for_task(cell.task_id),
+            grade=self.workload.grader(cell.task_id),
         )
 
     def run_cell(

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from runner.evaluator.core.canonical import digest, sha256_digest
 from runner.evaluator.core.types import Status
 from runner.evaluator.evidence.journal import read_journal
-from runner.evaluator.protocol.faultkinds import FaultKind, injected_kinds
+from runner.evaluator.protocol.faultkinds import NO_FAULT, FaultKind, injected_kinds
 from runner.evaluator.protocol.witness import WitnessContract
 from runner.evaluator.verdict.outcomes import attempt_status, group_attempts
 from runner.runtime.attempt.api import AttemptPlan, GradeContext, GradeOutcome, SubjectCommand
@@ -77,7 +77,8 @@ def selftest_plan(
     subject: SubjectCommand | None = None,
     grade: Callable[[GradeContext], GradeOutcome] = trivial_grade,
 ) -> AttemptPlan:
-    case = faults.plugin_for(kind).selftest
+    # a baseline (`none`) has no plugin and no case: no trigger, no parameters
+    case = faults.plugin_for(kind).selftest if kind != NO_FAULT else faults.SelftestCase({})
     case_trigger, case_params = case.trigger, case.parameters
     trig = dict(trigger if trigger is not None else case_trigger or {}) or None
     params = dict(parameters if parameters is not None else case_params)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.evaluator.environment.conformance import check_run, load_default_policy
+from runner.evaluator.environment.artifact import load_default_policy
+from runner.evaluator.environment.conformance import check_run
 from runner.evaluator.protocol.spec import SourceContract
 from runner.runtime import envcollect
 from runner.runtime.envcollect import observe, read_source

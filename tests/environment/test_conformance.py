@@ -9,13 +9,12 @@ from typing import Any
 import pytest
 
 from runner.evaluator.environment import conformance as environment
+from runner.evaluator.environment.artifact import ExecutionEnvironment, load_environment
 from runner.evaluator.environment.conformance import (
     CONFORMANCE_REASON_CODES,
-    ExecutionEnvironment,
     check_environments,
     check_pair,
     check_run,
-    load_environment,
 )
 from tests.environment import vectors_gen
 from tests.environment.vectors_gen import POLICY, VECTORS, render

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner.evaluator.environment.conformance import policy_of
+from runner.evaluator.environment.artifact import policy_of
 from runner.evaluator.evidence.shape import ResponseSnapshot
 from runner.evaluator.protocol.identities import compute
-from runner.evaluator.protocol.spec import Tolerance, load_spec
+from runner.evaluator.protocol.spec import Tolerance
+from runner.evaluator.protocol.specload import load_spec
 from runner.runtime.envcollect import observe
 
 ROOT = Path(__file__).resolve().parents[2]

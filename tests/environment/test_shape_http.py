@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from runner.evaluator.environment.conformance import check_run, policy_of
+from runner.evaluator.environment.artifact import policy_of
+from runner.evaluator.environment.conformance import check_run
 from runner.evaluator.evidence.shape import ResponseSnapshot, ShapeVerdict, check_shape, read_value
-from runner.evaluator.protocol.spec import ShapeCheck, SourceContract, load_spec
+from runner.evaluator.protocol.spec import ShapeCheck, SourceContract
+from runner.evaluator.protocol.specload import load_spec
 from runner.runtime.envcollect import observe, read_http, read_source
 from tests.environment.conftest import LyingServer
 

@@ -11,15 +11,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runner.evaluator.environment.conformance import (
+from runner.evaluator.environment.artifact import (
     ExecutionEnvironment,
     FactorObservation,
     ShapeRecord,
     SourceRef,
-    normalize,
     policy_of,
 )
-from runner.evaluator.protocol.spec import SourceContract, load_spec
+from runner.evaluator.environment.normalize import normalize
+from runner.evaluator.protocol.spec import SourceContract
+from runner.evaluator.protocol.specload import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS = ROOT / "vectors" / "environment"

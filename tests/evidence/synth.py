@@ -36,7 +36,8 @@ from runner.evaluator.protocol.freeze import FreezeRecord
 from runner.evaluator.protocol.identities import Identities, compute
 from runner.evaluator.protocol.matrix import Slot, resolve
 from runner.evaluator.protocol.runfile import RunProtocol, write_protocol
-from runner.evaluator.protocol.spec import Spec, load_spec
+from runner.evaluator.protocol.spec import Spec
+from runner.evaluator.protocol.specload import load_spec
 from runner.evaluator.protocol.witness import load_contracts
 
 HERE = Path(__file__).parent
@@ -223,11 +224,19 @@ class Run:
                               wall_ns=str(wall_ns)))  # fmt: skip
         j.close()
 
-    def fill(self, subject: str, outcome_for: Callable[[int, Slot], str | None]) -> None:
-        """Write one attempt per cell; `outcome_for(i, slot)` None leaves the cell missing."""
+    def fill(
+        self, subject: str, outcome_for: Callable[[int, Slot], str | tuple[str, int] | None]
+    ) -> None:
+        """Write one attempt per cell; `outcome_for(i, slot)` None leaves the cell missing.
+
+        An (outcome, calls) pair also sets the tool-call count, and the wall time with it
+        (calls x 125 us, so a cell's wall-time ratio to its baseline of 8 calls is calls / 8).
+        """
         for i, (cell, slot) in enumerate(self.cells(subject)):
             o = outcome_for(i, slot)
-            if o is not None:
+            if isinstance(o, tuple):
+                self.write_attempt(subject, cell, slot, 1, o[0], o[1], o[1] * 125_000)
+            elif o is not None:
                 self.write_attempt(subject, cell, slot, 1, o)
 
 

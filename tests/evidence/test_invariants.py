@@ -11,19 +11,19 @@ from hypothesis import strategies as st
 from runner.evaluator.core.canonical import CanonicalError, canonical_bytes
 from runner.evaluator.core.inputs import evaluator_digest
 from runner.evaluator.core.types import Status
-from runner.evaluator.evidence.journal import line_leaf
-from runner.evaluator.protocol.faultkinds import NO_FAULT, injected_kinds
-from runner.evaluator.publish.publication import _row_bytes, build_scorecard
-from runner.evaluator.verdict.eligibility import (
-    LoadedEvidence,
-    decide_subject,
-    evaluate_run,
+from runner.evaluator.evidence.hashing import (
     evidence_root,
     jsonl_hash,
     leaf,
     terminal_line,
     terminal_records_hash,
 )
+from runner.evaluator.evidence.journal import line_leaf
+from runner.evaluator.evidence.loading import LoadedEvidence
+from runner.evaluator.protocol.faultkinds import NO_FAULT, injected_kinds
+from runner.evaluator.publish.build import build_scorecard
+from runner.evaluator.publish.rows import row_bytes
+from runner.evaluator.verdict.eligibility import decide_subject, evaluate_run
 from runner.evaluator.verdict.outcomes import AttemptVerdict, TerminalRecord
 from tests.evidence.synth import Run
 
@@ -229,6 +229,6 @@ def test_row_bytes_are_the_canonical_json_of_the_row(row: dict, nested: list) ->
         expected = canonical_bytes(ordered)
     except CanonicalError:
         with pytest.raises(CanonicalError):
-            _row_bytes(dict(ordered))
+            row_bytes(dict(ordered))
         return
-    assert _row_bytes(dict(ordered)) == expected
+    assert row_bytes(dict(ordered)) == expected

@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from runner.evaluator.protocol.faultkinds import LOST_RESPONSE
+from runner.evaluator.protocol.faultkinds import (
+    LOST_RESPONSE,
+    NETWORK_PARTITION,
+    NO_FAULT,
+    SANDBOX_RESTART,
+    SIGKILL_MID_TOOL_CALL,
+)
 from runner.evaluator.publish.results import derive
 from tests.evidence.synth import Run
 
@@ -34,10 +40,42 @@ def _case_mixed(i: int, s) -> str | None:
     )
 
 
+# An eligible subject with FAILED and SUBJECT_PRE_TRIGGER_FAILURE faulted cells (issue 13), as
+# (outcome, tool calls) per (fault kind, task); the hand check of its measures is in the
+# eligible-failed-pre-trigger case's README.md.
+FAILED_PRE_TRIGGER = {
+    (NO_FAULT, "e1"): ("completed", 8), (NO_FAULT, "e2"): ("completed", 8),
+    (NO_FAULT, "h1"): ("completed", 8), (NO_FAULT, "h2"): ("completed", 8),
+    (SIGKILL_MID_TOOL_CALL, "e1"): ("failed", 5),
+    (SIGKILL_MID_TOOL_CALL, "e2"): ("pre_trigger", 2),
+    (SIGKILL_MID_TOOL_CALL, "h1"): ("completed", 12),
+    (SIGKILL_MID_TOOL_CALL, "h2"): ("duplicate", 10),
+    (LOST_RESPONSE, "e1"): ("completed", 9), (LOST_RESPONSE, "e2"): ("completed", 9),
+    (LOST_RESPONSE, "h1"): ("failed", 6), (LOST_RESPONSE, "h2"): ("pre_trigger", 1),
+    (NETWORK_PARTITION, "e1"): ("completed", 8), (NETWORK_PARTITION, "e2"): ("completed", 8),
+    (NETWORK_PARTITION, "h1"): ("completed", 8), (NETWORK_PARTITION, "h2"): ("completed", 8),
+    (SANDBOX_RESTART, "e1"): ("completed", 11), (SANDBOX_RESTART, "e2"): ("completed", 11),
+    (SANDBOX_RESTART, "h1"): ("completed", 11), (SANDBOX_RESTART, "h2"): ("completed", 11),
+}  # fmt: skip
+
+
+def _case_failed_pre_trigger(i: int, s) -> tuple[str, int]:
+    return FAILED_PRE_TRIGGER[(s.schedule.kind, s.task_id)]
+
+
+def _case_mismatch(i: int, s) -> str:
+    # One lost-response hard cell finishes without reaching its trigger: its stratum is left
+    # out of the comparison; the subject still publishes.
+    hit = s.schedule.kind == LOST_RESPONSE and s.task_id == "h1"
+    return "mismatch" if hit else "completed"
+
+
 CASES = {
     "all-completed": (_case_all_completed, _case_all_completed),
     "noop-lost-response": (_case_all_completed, _case_noop_lost_response),
     "mixed-with-missing": (_case_mixed, _case_all_completed),
+    "eligible-failed-pre-trigger": (_case_failed_pre_trigger, _case_all_completed),
+    "scenario-mismatch-stratum": (_case_mismatch, _case_all_completed),
 }
 
 
@@ -57,7 +95,7 @@ def test_eligibility_vector(tmp_path: Path, case: str) -> None:
     expected = {
         "results/" + str(p.relative_to(expected_dir)): p.read_bytes()
         for p in expected_dir.rglob("*")
-        if p.is_file()
+        if p.is_file() and p.name != "README.md"  # a case's hand check, not a result
     }
     assert sorted(expected) == sorted(files)
     for rel in sorted(files):

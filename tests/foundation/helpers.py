@@ -14,7 +14,7 @@ from typer.testing import CliRunner, Result
 from runner.cli.main import app
 
 REPO = Path(__file__).resolve().parents[2]
-RFC8785 = REPO.parent / "shared" / "vectors" / "rfc8785"
+RFC8785 = REPO / "vectors" / "rfc8785"
 CANONICAL = REPO / "vectors" / "canonical"
 IDENTITY = REPO / "vectors" / "identity"
 EXAMPLE = REPO / "specs" / "example.toml"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from runner.evaluator.core.errors import InputError
-from runner.evaluator.protocol.spec import load_spec
+from runner.evaluator.protocol.specload import load_spec
 from tests.foundation.helpers import EXAMPLE, bench, copy_example, line_of
 
 TEXT = EXAMPLE.read_text("utf-8")

@@ -13,7 +13,7 @@ import pytest
 
 from runner.evaluator.protocol.identities import compute, verify
 from runner.evaluator.protocol.matrix import resolve
-from runner.evaluator.protocol.spec import load_spec
+from runner.evaluator.protocol.specload import load_spec
 from tests.foundation.helpers import FIXED_EVALUATOR, IDENTITY, REPO
 
 VECTORS = sorted(IDENTITY.glob("*.json"))

@@ -14,9 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from runner.evaluator.core.errors import InputError
 from runner.evaluator.protocol.identities import Identities, compute
 from runner.evaluator.protocol.matrix import resolve
-from runner.evaluator.protocol.spec import Spec, load_spec
+from runner.evaluator.protocol.spec import Spec
+from runner.evaluator.protocol.specload import load_spec
 from runner.evaluator.protocol.witness import load_contracts
 from tests.foundation.helpers import FIXED_EVALUATOR, REPO, copy_example, example_raw, toml_dumps
 
@@ -141,10 +143,8 @@ def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
 
 
 POLICY_CHANGES = {
-    "eligibility_floor": _set("eligibility.witnessed_coverage_floor_percent", 99),
     "eligibility_strata": _set("eligibility.strata", ["fault_kind"]),
     "not_comparable_after": _set("eligibility.not_comparable_after_invalid_attempts", 3),
-    "require_frozen": _set("eligibility.require_frozen", False),
     "retry_on": _set("attempts.retry_on", ["HARNESS_INVALID"]),
     "attempt_cap": _set("attempts.cap", 4),
     "scorer_version": _set("scoring.scorer_version", "2"),
@@ -177,6 +177,23 @@ def test_policy_rule_change_changes_policy_and_protocol_hash(
     assert ids.subject_config_hashes == baseline[0].subject_config_hashes
     if name.startswith(("factor", "source")):
         assert ids.controlled_factors_hash != baseline[0].controlled_factors_hash
+
+
+# Settings with one value (issue 13): the key is accepted, any other value is refused.
+SINGLE_VALUE = {
+    "eligibility_floor": _set("eligibility.witnessed_coverage_floor_percent", 99),
+    "eligibility_require_frozen": _set("eligibility.require_frozen", False),
+    "publication_require_frozen": _set("publication.require_frozen", False),
+    "outputs_without_json": _set("publication.outputs", ["markdown"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SINGLE_VALUE))
+def test_single_value_policy_settings_refuse_other_values(workdir: Path, name: str) -> None:
+    raw = example_raw()
+    SINGLE_VALUE[name](raw)
+    with pytest.raises(InputError):
+        identities(write(workdir, raw))
 
 
 MATRIX_CHANGES = {

@@ -60,7 +60,7 @@ def test_freeze_lifecycle(tmp_path: Path) -> None:
 
     spec.write_text(
         spec.read_text().replace(
-            "witnessed_coverage_floor_percent = 100", "witnessed_coverage_floor_percent = 95"
+            "not_comparable_after_invalid_attempts = 2", "not_comparable_after_invalid_attempts = 3"
         )
     )
     changed = plan_json(spec)
@@ -74,7 +74,7 @@ def test_freeze_lifecycle(tmp_path: Path) -> None:
     assert bench("amend", spec).exit_code == 2  # --reason is required
     assert bench("amend", spec, "--reason", "  ").exit_code == 2
 
-    result = bench("amend", spec, "--reason", "floor 95%")
+    result = bench("amend", spec, "--reason", "not comparable after 3")
     assert result.exit_code == 0, result.output
     assert plan_json(spec)["status"] == "frozen"
 
@@ -82,7 +82,7 @@ def test_freeze_lifecycle(tmp_path: Path) -> None:
     assert [r.type for r in records] == ["freeze", "amendment"]
     assert records[1].parent_protocol_hash == first["protocol_hash"]
     assert records[1].protocol_hash == changed["protocol_hash"]
-    assert records[1].reason == "floor 95%"
+    assert records[1].reason == "not comparable after 3"
     assert records[1].previous_record is not None
 
     nothing = bench("amend", spec, "--reason", "again")

@@ -2,6 +2,8 @@
 
     cd /work/main && .venv/bin/python tests/perf/bench_evaluator.py [--cells 1000000]
         [--evidence full|terminal] [--ineligible 1] [--check]
+    cd /work/main && .venv/bin/python tests/perf/bench_evaluator.py --from-journals
+        [--cells 1000000] [--tmp DIR]
 
 Generates a spec of TASKS tasks x (baseline + 4 fault kinds) x 1 seed x 4 subjects (TASKS =
 cells / 20; 50,000 tasks = 1,000,000 cells) and, per cell, one attempt with the records a real
@@ -29,6 +31,14 @@ of the terminal records (DESIGN §9: terminal records -> eligibility proof -> pu
 `LoadedEvidence`, and runs the real `evaluate_run` + `render_results` (what `results.derive` does
 after reading the journals).
 
+`--from-journals` measures what `bench evaluate` does, end to end: it writes a run directory
+(protocol.json and one journal per attempt, `<cell id prefix>-a1.jsonl`, hash-chained lines as
+the journal writer writes them, with 2 worker processes), then, each in a fresh process:
+`sha256`: plain hashlib.sha256 over every journal line (read from the same files; this pass also
+warms the page cache, so both passes read from memory); `evaluate`: `results.derive` (read and
+check every journal line, evidence root, terminal records, proofs, publication) and
+`results.write_results`, its wall time and peak RSS, and its ratio to the `sha256` pass.
+
 The stages run with the cyclic GC paused, as `results.derive` runs them. Peak memory is ru_maxrss
 (the process's high-water mark). `--check` re-canonicalizes every hashed document with the
 reference RFC 8785 encoder in the full mode, and in the terminal mode checks the first 20,000
@@ -41,6 +51,7 @@ import argparse
 import gc
 import hashlib
 import json
+import multiprocessing
 import resource
 import subprocess
 import sys
@@ -55,9 +66,15 @@ from runner.evaluator.protocol.faultkinds import LOST_RESPONSE, NO_FAULT
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from runner.evaluator.core.canonical import canonical_bytes, fast_canonical_bytes  # noqa: E402
+from runner.evaluator.core.canonical import (  # noqa: E402
+    canonical_bytes,
+    fast_canonical_bytes,
+    sha256_digest,
+)
 from runner.evaluator.core.inputs import project_root  # noqa: E402
+from runner.evaluator.evidence.hashing import evidence_root, terminal_line  # noqa: E402
 from runner.evaluator.evidence.journal import line_leaf  # noqa: E402
+from runner.evaluator.evidence.loading import LoadedEvidence  # noqa: E402
 from runner.evaluator.evidence.records import (  # noqa: E402
     ActuatorReceipt,
     AttemptEnded,
@@ -76,17 +93,15 @@ from runner.evaluator.protocol.runfile import (  # noqa: E402
     read_protocol,
     write_protocol,
 )
-from runner.evaluator.protocol.spec import load_spec  # noqa: E402
+from runner.evaluator.protocol.specload import load_spec  # noqa: E402
 from runner.evaluator.protocol.witness import load_contracts  # noqa: E402
-from runner.evaluator.publish.results import paused_gc, render_results, write_results  # noqa: E402
-from runner.evaluator.verdict.eligibility import (  # noqa: E402
-    LoadedEvidence,
-    _cell_id,
-    decide_subject,
-    evaluate_run,
-    evidence_root,
-    terminal_line,
+from runner.evaluator.publish.results import (  # noqa: E402
+    derive,
+    paused_gc,
+    render_results,
+    write_results,
 )
+from runner.evaluator.verdict.eligibility import _cell_id, decide_subject, evaluate_run  # noqa: E402
 from runner.evaluator.verdict.outcomes import TerminalRecord, group_attempts, terminal_record  # noqa: E402
 from tests.evidence.synth import GOOD, NOOP, frozen_record  # noqa: E402
 
@@ -430,7 +445,94 @@ def sha_file(path: Path) -> float:
     return sha_over(lines)
 
 
+# ------------------------------------------------------------------------ from-journals mode
+
+
+def _write_journals(args: tuple[str, str, int, int, int]) -> tuple[int, int]:
+    """Worker: the journals of every `step`-th cell from `start` (chained lines, no fsync)."""
+    spec_path, run_dir, ineligible, start, step = args
+    b = Bench.__new__(Bench)
+    b.subjects, b.spec_path = 4, Path(spec_path)
+    b.ineligible = {f"s{b.subjects - 1 - n}" for n in range(ineligible)}
+    rp = read_protocol(Path(run_dir))
+    journals = Path(run_dir) / "journals"
+    lines = size = 0
+    for k, cell in enumerate(b.cells(rp)):
+        if k % step != start:
+            continue
+        out = bytearray()
+        prev: str | None = None
+        recs = b.records(*cell)
+        for _, seq, rec in recs:
+            body = rec.model_dump(mode="json")
+            line = fast_canonical_bytes({"seq": seq, "prev": prev, "at_ns": AT_NS, "record": body})
+            prev = sha256_digest(line)
+            out += line + b"\n"
+            lines += 1
+        (journals / f"{recs[0][0]}.jsonl").write_bytes(out)
+        size += len(out)
+    return lines, size
+
+
+def run_from_journals(b: Bench, rp: RunProtocol, table: Table, tmp: Path, ineligible: int) -> None:
+    run_dir = tmp / "run"
+    write_protocol(run_dir, rp)
+    (run_dir / "journals").mkdir()
+    (run_dir / "blobs" / "sha256").mkdir(parents=True)
+    t = time.perf_counter()
+    jobs = [(str(b.spec_path), str(run_dir), ineligible, k, 2) for k in range(2)]
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        done = pool.map(_write_journals, jobs)
+    lines, size = sum(d[0] for d in done), sum(d[1] for d in done)
+    table.add("write journals", time.perf_counter() - t, rss_mib())
+    print(f"journals: {lines:,} lines, {size / 2**20:,.0f} MiB in {table.cells:,} files")
+    sha = _child_json(["--sha-journals", str(run_dir)])
+    table.add("sha256", sha["wall"], sha["mib"])
+    ev = _child_json(["--evaluate-journals", str(run_dir)])
+    for stage, wall, mib in ev["rows"]:
+        table.add(stage, wall, mib, sha["wall"] if stage == "evaluate" else None)
+    print(f"derived files: {ev['size'] / 2**20:,.1f} MiB")
+    print(f"decisions: {ev['decisions']}")
+
+
+def _child_json(args: list[str]) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, *args]
+    return json.loads(subprocess.run(cmd, check=True, capture_output=True).stdout)  # type: ignore[no-any-return]
+
+
+def sha_journals(run_dir: Path) -> None:
+    t = time.perf_counter()
+    for path in sorted((run_dir / "journals").iterdir()):
+        with open(path, "rb") as fh:
+            for line in fh:
+                hashlib.sha256(line).digest()
+    print(json.dumps({"wall": time.perf_counter() - t, "mib": rss_mib()}))
+
+
+def evaluate_journals(run_dir: Path) -> None:
+    """`bench evaluate` without the CLI: derive from the journals, write the results."""
+    t0 = time.perf_counter()
+    _, results, files = derive(run_dir, EVALUATOR)
+    t1 = time.perf_counter()
+    write_results(run_dir, files)
+    t2 = time.perf_counter()
+    rows = [("derive", t1 - t0, rss_mib()), ("write", t2 - t1, rss_mib())]
+    rows.append(("evaluate", t2 - t0, rss_mib()))
+    decided = {
+        s: (r.evaluation.proof.decision, r.evaluation.proof.reason_codes[:3])
+        for s, r in results.items()
+    }
+    size = sum(len(v) for v in files.values())
+    print(json.dumps({"rows": rows, "size": size, "decisions": decided}))
+
+
 def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--sha-journals":
+        sha_journals(Path(sys.argv[2]))
+        return
+    if len(sys.argv) > 2 and sys.argv[1] == "--evaluate-journals":
+        evaluate_journals(Path(sys.argv[2]))
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         run_dir, source, root, counts = sys.argv[2:6]
         child(Path(run_dir), Path(source), root, json.loads(counts), "--check" in sys.argv)
@@ -440,10 +542,14 @@ def main() -> None:
     ap.add_argument("--evidence", choices=["full", "terminal"], default=None)
     ap.add_argument("--ineligible", type=int, default=1, help="subjects with a no-op actuator")
     ap.add_argument("--check", action="store_true", help="compare bytes with the RFC 8785 ref")
+    ap.add_argument("--from-journals", action="store_true", help="bench evaluate, end to end")
+    ap.add_argument("--tmp", default="/var/tmp", help="where the run directory is written")
     args = ap.parse_args()
     mode = args.evidence or ("full" if args.cells <= 100_000 else "terminal")
+    if args.from_journals:
+        mode = "journals"
 
-    with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp_name:
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp_name:
         tmp = Path(tmp_name)
         b = Bench(args.cells, args.ineligible, tmp)
         rp, t_resolve = timed(b.resolve)
@@ -454,7 +560,9 @@ def main() -> None:
               f"evidence mode: {mode}, ineligible subjects: {sorted(b.ineligible)}")  # fmt: skip
         gc.collect()
         with paused_gc():
-            if mode == "full":
+            if mode == "journals":
+                run_from_journals(b, rp, table, tmp, args.ineligible)
+            elif mode == "full":
                 run_full(b, rp, table, args.check)
             else:
                 run_terminal(b, rp, table, args.check, tmp)

@@ -29,7 +29,7 @@ from pathlib import Path
 from runner.evaluator.core.canonical import canonical_bytes, digest
 from runner.evaluator.protocol.identities import compute
 from runner.evaluator.protocol.matrix import resolve
-from runner.evaluator.protocol.spec import load_spec
+from runner.evaluator.protocol.specload import load_spec
 
 FAULTS = [
     ("kill", "sigkill_mid_tool_call", "submit_patch", "effect_done", ""),

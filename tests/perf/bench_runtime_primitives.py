@@ -24,7 +24,8 @@ from runner.runtime.host.nft import PartitionTable
 from runner.runtime.host.podman_service import PodmanService
 from runner.runtime.host.sweep import sweep
 from runner.runtime.sandbox import testimage
-from runner.runtime.sandbox.podman import PodmanSandbox, SandboxSpec
+from runner.runtime.sandbox.base import SandboxSpec
+from runner.runtime.sandbox.podman import PodmanSandbox
 
 
 def timed(fn: Callable[[], object]) -> float:

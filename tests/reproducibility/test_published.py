@@ -21,10 +21,10 @@ from runner.evaluator.environment.hooks import environment_hook
 from runner.evaluator.protocol import freeze as freezing
 from runner.evaluator.protocol.identities import compute
 from runner.evaluator.protocol.runfile import read_protocol
-from runner.evaluator.protocol.spec import load_spec
+from runner.evaluator.protocol.specload import load_spec
+from runner.evaluator.publish.load import load_result
 from runner.evaluator.publish.registry import Registry
 from runner.evaluator.publish.reproduce import reproduce
-from runner.evaluator.publish.results import load_result
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = ROOT / "vectors" / "published"

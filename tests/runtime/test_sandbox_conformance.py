@@ -17,14 +17,14 @@ import pytest
 
 from runner.runtime.host import naming
 from runner.runtime.host.podman_service import PodmanService
-from runner.runtime.sandbox.podman import (
+from runner.runtime.sandbox.base import (
     ExecTimeout,
-    PodmanSandbox,
     Sandbox,
     SandboxError,
     SandboxIdentity,
     SandboxSpec,
 )
+from runner.runtime.sandbox.podman import PodmanSandbox
 
 pytestmark = pytest.mark.runtime
 

@@ -17,7 +17,8 @@ from runner.runtime.host.netns import AttemptNetwork, host_links, list_netns, re
 from runner.runtime.host.podman_service import PodmanService
 from runner.runtime.host.procs import Reaper, SubjectLauncher
 from runner.runtime.host.sweep import sweep
-from runner.runtime.sandbox.podman import PodmanSandbox, SandboxSpec
+from runner.runtime.sandbox.base import SandboxSpec
+from runner.runtime.sandbox.podman import PodmanSandbox
 
 pytestmark = pytest.mark.runtime
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.runtime.host import naming, netns, nft
+from runner.runtime.host import naming, netns, nft, paths
 from runner.runtime.host.sweep import _alive, _marker, sweep
 
 pytestmark = pytest.mark.runtime
@@ -30,6 +30,7 @@ CHILD = """
 import sys
 from pathlib import Path
 
+from runner.evaluator.protocol.faultkinds import NETWORK_PARTITION
 from runner.runtime.attempt.run import RunServices, run_attempt
 from runner.runtime.selftest import minimal_subject, selftest_plan
 run_id, run_dir, image = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
@@ -130,6 +131,6 @@ def test_sweep_after_runner_sigkill(image: str, decoys: dict[str, str]) -> None:
             child.wait(10)
         sweep(run_id, include_live=True)  # never leave our own leftovers behind
         if not naming.run_is_live(run_id):  # the killed child never removed its lock file
-            (naming.LOCK_DIR / f"{run_id}.lock").unlink(missing_ok=True)
+            (paths.LOCK_DIR / f"{run_id}.lock").unlink(missing_ok=True)
         shutil.rmtree(run_dir, ignore_errors=True)
         shutil.rmtree(Path("/var/tmp/afb-subjects") / run_id, ignore_errors=True)

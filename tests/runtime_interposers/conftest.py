@@ -19,7 +19,7 @@ import pytest
 
 from runner.evaluator.evidence.journal import EvidenceStore, Journal
 from runner.runtime.interposers.destination import DestinationService
-from runner.runtime.sandbox.podman import ExecResult
+from runner.runtime.sandbox.base import ExecResult
 
 CELL = "sha256:" + "ab" * 32
 

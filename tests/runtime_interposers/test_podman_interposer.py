@@ -14,7 +14,8 @@ from runner.runtime.host import naming
 from runner.runtime.host.podman_service import PodmanService
 from runner.runtime.interposers.tools import ToolInterposer
 from runner.runtime.sandbox import testimage
-from runner.runtime.sandbox.podman import PodmanSandbox, SandboxSpec
+from runner.runtime.sandbox.base import SandboxSpec
+from runner.runtime.sandbox.podman import PodmanSandbox
 from tests.runtime_interposers.conftest import request
 
 pytestmark = pytest.mark.runtime

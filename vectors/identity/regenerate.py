@@ -17,7 +17,7 @@ sys.path.insert(0, str(REPO))
 
 from runner.evaluator.protocol.identities import compute  # noqa: E402
 from runner.evaluator.protocol.matrix import resolve  # noqa: E402
-from runner.evaluator.protocol.spec import load_spec  # noqa: E402
+from runner.evaluator.protocol.specload import load_spec  # noqa: E402
 
 FIXED_EVALUATOR = "sha256:" + "0" * 64
 SPECS = {"example": REPO / "specs" / "example.toml", "small": HERE / "small.toml"}

@@ -17,9 +17,7 @@ One grading run, all inside a fresh scratch copy of the pristine sources:
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import re
 import subprocess
 import sys
@@ -198,7 +196,9 @@ PYTHONPATH="$repo/$pypath" PYTHONDONTWRITEBYTECODE=1 exec timeout "$timeout_s" \
 """
 
 
-def _sh(exec_fn: ExecFn, script: str, args: Sequence[str], stdin: bytes = b""):
+def _sh(
+    exec_fn: ExecFn, script: str, args: Sequence[str], stdin: bytes = b""
+) -> tuple[int, bytes, bytes]:
     return exec_fn(["sh", "-c", script, "sh", *args], stdin)
 
 
@@ -350,32 +350,6 @@ def check_tasks(
             extract_source(path, Path(tmp))
         return [check_task(t, local_exec, tmp, python) for t in tasks]
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m runner.runtime.swelite_grade")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("check", help="verify every task's fail/gold/pass behaviour on the host")
-    p.add_argument("tasks_root", type=Path, nargs="?", default=Path("specs/swe-lite"))
-    p.add_argument("--python", default=sys.executable, help="interpreter with pytest")
-    g = sub.add_parser("grade", help="grade a patch inside a running container")
-    g.add_argument("task_dir", type=Path)
-    g.add_argument("patch", type=Path)
-    g.add_argument("--container", required=True)
-    args = ap.parse_args(argv)
-    if args.cmd == "check":
-        results = check_tasks(args.tasks_root, args.python)
-        for r in results:
-            print(f"{'ok  ' if r.ok else 'FAIL'} {r.task_id}")
-            for prob in r.problems:
-                print(f"     - {prob}")
-        return 0 if all(r.ok for r in results) else 1
-    report = grade(podman_exec(args.container), load_task(args.task_dir), args.patch.read_bytes())
-    print(json.dumps(report.as_json(), indent=2))
-    return 0 if report.resolved else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
 
 __all__ = [
     "ExecFn",

@@ -4,20 +4,24 @@ Completion = the first patch the destination accepted for the attempt's scope (r
 shape-checked ledger query), applied to pristine sources in a fresh sandbox, passes the task's
 FAIL_TO_PASS and PASS_TO_PASS tests. Duplicate effects = committed - intended, from the same read.
 A grade is a pure function of (task, patch, image), so one run caches it per (task, patch).
+`SweLiteWorkload` is what the runtime sees of all this (`runner.runtime.workload.Workload`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from runner.benchmarks.swe_lite.grade import GradeReport, Task, grade, load_task, patch_files
+from runner.evaluator.protocol.spec import Spec
 from runner.runtime.attempt.api import GradeContext, GradeOutcome
+from runner.runtime.sandbox.base import Sandbox
 
 SANDBOX_SRC = "/opt/swe-lite/src"
+DEFAULT_IMAGE = "swe-lite"  # when the spec's [grader] names no image
 
 
 def subject_task(task: Task) -> dict[str, Any]:
@@ -34,7 +38,7 @@ def subject_task(task: Task) -> dict[str, Any]:
     }
 
 
-def _exec_fn(sandbox: Any) -> Callable[[Sequence[str], bytes], tuple[int, bytes, bytes]]:
+def _exec_fn(sandbox: Sandbox) -> Callable[[Sequence[str], bytes], tuple[int, bytes, bytes]]:
     def run(argv: Sequence[str], stdin: bytes) -> tuple[int, bytes, bytes]:
         r = sandbox.exec(list(argv), stdin=stdin, timeout=600.0)
         return r.exit_code, r.stdout, r.stderr
@@ -87,3 +91,29 @@ class SweLiteGrader:
             shape_ok=True,
             report=report,
         )
+
+
+class SweLiteWorkload:
+    """The swe-lite benchmark as a runtime `Workload`: its tasks, its grader, its image."""
+
+    def __init__(self, task_dirs: dict[str, Path], image: str = DEFAULT_IMAGE) -> None:
+        self._grader = SweLiteGrader(task_dirs)
+        self._image = image
+
+    @classmethod
+    def from_spec(cls, spec: Spec, base: Path) -> SweLiteWorkload:
+        """Tasks with a `path` (relative to the spec's folder); the image from `[grader]`."""
+        task_dirs = {
+            tid: base / t.path for tid, (_, t) in spec.task_index().items() if t.path is not None
+        }
+        return cls(task_dirs, spec.grader.image or DEFAULT_IMAGE)
+
+    @property
+    def image(self) -> str:
+        return self._image
+
+    def subject_task(self, task_id: str) -> Mapping[str, Any]:
+        return subject_task(self._grader.tasks[task_id])
+
+    def grader(self, task_id: str) -> Callable[[GradeContext], GradeOutcome]:
+        return self._grader.for_task(task_id)

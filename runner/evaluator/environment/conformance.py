@@ -1,15 +1,8 @@
-"""Controlled environment factors: the execution-environment artifact and its conformance proof.
+"""Environment conformance: one artifact (a run) or several (a pair or set) under the policy.
 
-DESIGN §7. A run's `ExecutionEnvironment` holds, per controlled factor, the raw and normalized
-value, a reference to the content-addressed source contract it was read through, the measurement
-time and the shape verdict of the read; and its own `execution_environment_hash`. Observed values
-never enter the protocol hash: only the rules (factors + source contracts) do, as
-`controlled_factors_hash`.
-
-`check_environments` evaluates one artifact (a run) or several (a pair or set) under the policy and
-returns an `EnvironmentConformanceProof`. Evaluation is staged and each stage only runs when every
-earlier stage passed, so a source-identity mismatch is rejected before any value is normalized or
-compared, however plausible each value is:
+DESIGN §7. `check_environments` returns an `EnvironmentConformanceProof`. Evaluation is staged and
+each stage only runs when every earlier stage passed, so a source-identity mismatch is rejected
+before any value is normalized or compared, however plausible each value is:
 
 1. integrity       `artifact_hash_mismatch`
 2. identity        `missing_required_factor`, `source_identity_mismatch`, `type_unit_mismatch`
@@ -28,20 +21,25 @@ absent (recorded as `missing_factor`); when present, its action applies to drift
 from __future__ import annotations
 
 import itertools
-import re
-import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field
 
 from runner.evaluator.core.canonical import digest
+from runner.evaluator.core.types import Frozen
 from runner.evaluator.protocol.spec import Factor, SourceContract, Tolerance
 
-ENVIRONMENT_SCHEMA_VERSION = "afb.environment/1"
+from .artifact import (
+    EnvironmentPolicy,
+    ExecutionEnvironment,
+    FactorObservation,
+    SourceRef,
+    policy_of,
+)
+from .normalize import NORMALIZERS, normalize
+
 PROOF_SCHEMA_VERSION = "afb.envproof/1"
-DEFAULT_POLICY_PATH = Path(__file__).with_name("default_policy.toml")
 
 Purpose = Literal["run", "cross_subject", "overhead_pair"]
 Decision = Literal["conform", "refused"]
@@ -80,241 +78,10 @@ CONFORMANCE_REASON_CODES = (
 STAGES = ("integrity", "identity", "evidence", "normalization", "run_rules", "match_rules")
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-# ----------------------------------------------------------------------------------- normalizers
-
-
-def _identity(v: Any) -> Any:
-    return v
-
-
-def _text(v: Any) -> str:
-    if not isinstance(v, str):
-        raise ValueError(f"{v!r} is not text")
-    return v
-
-
-def _lower(v: Any) -> Any:
-    return _text(v).strip().lower()
-
-
-def _strip(v: Any) -> Any:
-    return _text(v).strip()
-
-
-_VERSION = re.compile(r"(\d+)(?:\.(\d+))?")
-
-
-def _major_minor(v: Any) -> Any:
-    m = _VERSION.search(_text(v))
-    if not m or m.group(2) is None:
-        raise ValueError(f"no major.minor version in {v!r}")
-    return f"{int(m.group(1))}.{int(m.group(2))}"
-
-
-def _major(v: Any) -> Any:
-    m = _VERSION.search(_text(v))
-    if not m:
-        raise ValueError(f"no version number in {v!r}")
-    return str(int(m.group(1)))
-
-
-def _mib(v: Any) -> Any:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise ValueError(f"{v!r} is not a byte count")
-    return v // (1024 * 1024)
-
-
-def _gib(v: Any) -> Any:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise ValueError(f"{v!r} is not a byte count")
-    return round(v / 1024**3)
-
-
-NORMALIZERS: Mapping[str, Callable[[Any], Any]] = {
-    "identity@1": _identity,
-    "lower@1": _lower,
-    "strip@1": _strip,
-    "major_minor@1": _major_minor,
-    "major@1": _major,
-    "mib@1": _mib,
-    "gib@1": _gib,
-}
-
-
-def normalize(normalizer: str, raw: Any) -> Any:
-    """Apply a normalizer by `name@version`; KeyError if unknown, ValueError if it rejects `raw`."""
-    return NORMALIZERS[normalizer](raw)
-
-
-# ------------------------------------------------------------------------------ the policy slice
-
-
-class EnvironmentPolicy(_Frozen):
-    """The controlled-factor rules: a spec's `[[factors]]` and `[[sources]]`, or the default."""
-
-    factors: tuple[Factor, ...]
-    sources: tuple[SourceContract, ...]
-
-    @model_validator(mode="after")
-    def _refs(self) -> EnvironmentPolicy:
-        ids = [s.id for s in self.sources]
-        if len(set(ids)) != len(ids):
-            raise ValueError("duplicate source id")
-        fids = [f.id for f in self.factors]
-        if len(set(fids)) != len(fids):
-            raise ValueError("duplicate factor id")
-        for f in self.factors:
-            if f.source not in ids:
-                raise ValueError(f"factor {f.id}: unknown source {f.source!r}")
-        return self
-
-    def source(self, source_id: str) -> SourceContract:
-        for s in self.sources:
-            if s.id == source_id:
-                return s
-        raise KeyError(source_id)
-
-    def body(self) -> dict[str, Any]:
-        """Same body as `identities.controlled_factors_body` (so the hashes agree)."""
-        return {
-            "factors": sorted(
-                (f.model_dump(mode="json") for f in self.factors), key=lambda f: f["id"]
-            ),
-            "sources": sorted(
-                (s.model_dump(mode="json") for s in self.sources), key=lambda s: s["id"]
-            ),
-        }
-
-    def controlled_factors_hash(self) -> str:
-        return digest(self.body())
-
-
-def policy_of(factors: Iterable[Factor], sources: Iterable[SourceContract]) -> EnvironmentPolicy:
-    return EnvironmentPolicy(factors=tuple(factors), sources=tuple(sources))
-
-
-def load_default_policy(path: Path | None = None) -> EnvironmentPolicy:
-    """The documented default policy (default_policy.toml beside this module), used without spec."""
-    raw = tomllib.loads((path or DEFAULT_POLICY_PATH).read_text(encoding="utf-8"))
-    return EnvironmentPolicy.model_validate(
-        {"factors": raw.get("factors", []), "sources": raw.get("sources", [])}
-    )
-
-
-# ------------------------------------------------------------------------------------- artifact
-
-
-class SourceRef(_Frozen):
-    """A source contract by id and content hash: relabeling another source cannot match it."""
-
-    id: str
-    contract_hash: str
-
-    @classmethod
-    def of(cls, contract: SourceContract) -> SourceRef:
-        return cls(id=contract.id, contract_hash=source_contract_hash(contract))
-
-
-def source_contract_hash(contract: SourceContract) -> str:
-    return digest(contract.model_dump(mode="json"))
-
-
-class ShapeRecord(_Frozen):
-    """The shape verdict of the read behind an observation (the value itself is kept apart)."""
-
-    ok: bool
-    reason_codes: tuple[str, ...] = ()
-    details: tuple[str, ...] = ()
-    body_sha256: str | None = None
-    body_bytes: int = 0
-
-
-class FactorObservation(_Frozen):
-    factor_id: str
-    type: Literal["integer", "number", "string"]
-    unit: str
-    source: SourceRef
-    raw_value: Any = Field(default=None, description="the parsed value; None when the read failed")
-    normalized_value: Any = None
-    normalizer: str = Field(description="normalizer name@version that produced normalized_value")
-    measured_at: str = Field(description="RFC 3339 UTC time of the read")
-    shape: ShapeRecord
-
-
-class ExecutionEnvironment(_Frozen):
-    schema_version: Literal["afb.environment/1"] = Field(
-        default="afb.environment/1", alias="schema"
-    )
-    measured_at: str
-    observed_under: str = Field(
-        description="controlled_factors_hash of the policy the collector followed"
-    )
-    observations: tuple[FactorObservation, ...]
-    execution_environment_hash: str
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    @model_validator(mode="after")
-    def _unique(self) -> ExecutionEnvironment:
-        ids = [o.factor_id for o in self.observations]
-        if len(set(ids)) != len(ids):
-            raise ValueError("an artifact observes each factor at most once")
-        return self
-
-    @staticmethod
-    def _body(
-        measured_at: str, observed_under: str, observations: Sequence[FactorObservation]
-    ) -> dict[str, Any]:
-        return {
-            "schema": ENVIRONMENT_SCHEMA_VERSION,
-            "measured_at": measured_at,
-            "observed_under": observed_under,
-            "observations": [
-                o.model_dump(mode="json") for o in sorted(observations, key=lambda o: o.factor_id)
-            ],
-        }
-
-    @classmethod
-    def build(
-        cls, measured_at: str, observed_under: str, observations: Iterable[FactorObservation]
-    ) -> ExecutionEnvironment:
-        obs = tuple(sorted(observations, key=lambda o: o.factor_id))
-        return cls(
-            measured_at=measured_at,
-            observed_under=observed_under,
-            observations=obs,
-            execution_environment_hash=digest(cls._body(measured_at, observed_under, obs)),
-        )
-
-    def computed_hash(self) -> str:
-        return digest(self._body(self.measured_at, self.observed_under, self.observations))
-
-    def verify(self) -> bool:
-        return self.computed_hash() == self.execution_environment_hash
-
-    def observation(self, factor_id: str) -> FactorObservation | None:
-        for o in self.observations:
-            if o.factor_id == factor_id:
-                return o
-        return None
-
-    def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True)
-
-
-def load_environment(obj: Any) -> ExecutionEnvironment:
-    """Validate a parsed artifact (ValueError if malformed); the proof checks its hash."""
-    return ExecutionEnvironment.model_validate(obj)
-
-
 # ----------------------------------------------------------------------------------------- proof
 
 
-class FactorFinding(_Frozen):
+class FactorFinding(Frozen):
     factor_id: str
     action: Literal["fail_closed", "record_only"]
     stage: str
@@ -322,7 +89,7 @@ class FactorFinding(_Frozen):
     detail: str
 
 
-class EnvironmentConformanceProof(_Frozen):
+class EnvironmentConformanceProof(Frozen):
     schema_version: Literal["afb.envproof/1"] = Field(default="afb.envproof/1", alias="schema")
     scope: Literal["run", "pair", "set"]
     purpose: Purpose
@@ -387,11 +154,17 @@ def _class_of(factor: Factor, value: Any) -> str | None:
 class _Run:
     """Mutable bookkeeping for one evaluation; frozen into the proof at the end."""
 
-    def __init__(self, policy: EnvironmentPolicy) -> None:
+    def __init__(
+        self, policy: EnvironmentPolicy, envs: Sequence[ExecutionEnvironment], purpose: Purpose
+    ) -> None:
         self.policy = policy
+        self.envs = envs
+        self.purpose = purpose
+        self.labels = [f"#{i}" for i in range(len(envs))]
         self.findings: list[FactorFinding] = []
         self.dropped: set[str] = set()  # record-only factors that left the evaluation
         self.stages: list[str] = []
+        self.normalized: dict[str, list[Any]] = {}  # factor id -> recomputed value per artifact
 
     def find(
         self, factor: Factor, stage: str, code: str, detail: str, *, record_only: bool = False
@@ -414,51 +187,44 @@ class _Run:
     def live(self) -> list[Factor]:
         return [f for f in self.policy.factors if f.id not in self.dropped]
 
+    def observed(self, factor: Factor) -> list[tuple[str, FactorObservation]]:
+        """(label, observation) per artifact, for a factor that passed the identity stage."""
+        out = []
+        for lab, env in zip(self.labels, self.envs, strict=True):
+            o = env.observation(factor.id)
+            assert o is not None
+            out.append((lab, o))
+        return out
 
-def check_environments(
-    envs: Sequence[ExecutionEnvironment],
-    factors: Iterable[Factor],
-    sources: Iterable[SourceContract],
-    purpose: Purpose = "cross_subject",
-) -> EnvironmentConformanceProof:
-    """One artifact (purpose "run") or a pair/set under the match rules → a conformance proof.
-
-    Pure and deterministic: the same artifacts and rules always give the same proof bytes.
-    """
-    if not envs:
-        raise ValueError("at least one execution-environment artifact is needed")
-    policy = policy_of(factors, sources)
-    if len(envs) == 1:
-        purpose = "run"
-    elif purpose == "run":
-        raise ValueError("purpose 'run' takes exactly one artifact")
-    run = _Run(policy)
-    labels = [f"#{i}" for i in range(len(envs))]
-
-    def finish() -> EnvironmentConformanceProof:
-        blocking = sorted({f.reason_code for f in run.findings if f.action == "fail_closed"})
-        recorded = sorted({f.reason_code for f in run.findings if f.action == "record_only"})
+    def proof(self) -> EnvironmentConformanceProof:
+        blocking = sorted({f.reason_code for f in self.findings if f.action == "fail_closed"})
+        recorded = sorted({f.reason_code for f in self.findings if f.action == "record_only"})
         findings = sorted(
-            run.findings, key=lambda f: (STAGES.index(f.stage), f.factor_id, f.reason_code)
+            self.findings, key=lambda f: (STAGES.index(f.stage), f.factor_id, f.reason_code)
         )
+        n = len(self.envs)
         fields: dict[str, Any] = {
             "schema": PROOF_SCHEMA_VERSION,
-            "scope": "run" if len(envs) == 1 else "pair" if len(envs) == 2 else "set",
-            "purpose": purpose,
+            "scope": "run" if n == 1 else "pair" if n == 2 else "set",
+            "purpose": self.purpose,
             "decision": "refused" if blocking else "conform",
             "reason_codes": blocking,
             "recorded_codes": recorded,
-            "stages_run": list(run.stages),
-            "controlled_factors_hash": policy.controlled_factors_hash(),
-            "execution_environment_hashes": [e.execution_environment_hash for e in envs],
-            "factors_checked": sorted(f.id for f in policy.factors),
+            "stages_run": list(self.stages),
+            "controlled_factors_hash": self.policy.controlled_factors_hash(),
+            "execution_environment_hashes": [e.execution_environment_hash for e in self.envs],
+            "factors_checked": sorted(f.id for f in self.policy.factors),
             "findings": [f.model_dump(mode="json") for f in findings],
         }
         return EnvironmentConformanceProof.model_validate({**fields, "proof_hash": digest(fields)})
 
-    # 1. integrity: an artifact whose hash does not verify is not evidence of anything.
-    run.stages.append("integrity")
-    bad = [lab for lab, e in zip(labels, envs, strict=True) if not e.verify()]
+
+# ---------------------------------------------------------------------------------------- stages
+
+
+def _integrity(run: _Run) -> None:
+    """An artifact whose hash does not verify is not evidence of anything."""
+    bad = [lab for lab, e in zip(run.labels, run.envs, strict=True) if not e.verify()]
     if bad:
         run.findings.append(
             FactorFinding(
@@ -469,15 +235,17 @@ def check_environments(
                 detail=f"artifact(s) {', '.join(bad)}: execution_environment_hash does not verify",
             )
         )
-        return finish()
 
-    # 2. identity: presence, then source identity (id + contract hash), then type/unit.
-    #    Nothing is normalized or compared until every factor's source identity holds.
-    run.stages.append("identity")
-    for factor in policy.factors:
-        want = SourceRef.of(policy.source(factor.source))
-        obs = [e.observation(factor.id) for e in envs]
-        missing = [lab for lab, o in zip(labels, obs, strict=True) if o is None]
+
+def _identity(run: _Run) -> None:
+    """Presence, then source identity (id + contract hash), then type/unit.
+
+    Nothing is normalized or compared until every factor's source identity holds.
+    """
+    for factor in run.policy.factors:
+        want = SourceRef.of(run.policy.source(factor.source))
+        obs = [e.observation(factor.id) for e in run.envs]
+        missing = [lab for lab, o in zip(run.labels, obs, strict=True) if o is None]
         if missing:
             # An optional factor may be absent (recorded); a present one still obeys its action.
             code = MISSING_REQUIRED_FACTOR if factor.required else MISSING_FACTOR
@@ -487,7 +255,7 @@ def check_environments(
         present = [o for o in obs if o is not None]
         wrong = [
             f"{lab} read {o.source.id} ({o.source.contract_hash[:19]}…)"
-            for lab, o in zip(labels, present, strict=True)
+            for lab, o in zip(run.labels, present, strict=True)
             if o.source != want
         ]
         distinct = {o.source for o in present}
@@ -501,7 +269,7 @@ def check_environments(
             continue
         off = [
             f"{lab} declares {o.type}/{o.unit}"
-            for lab, o in zip(labels, present, strict=True)
+            for lab, o in zip(run.labels, present, strict=True)
             if (o.type, o.unit) != (factor.type, factor.unit)
         ]
         if off:
@@ -511,15 +279,12 @@ def check_environments(
                 TYPE_UNIT_MISMATCH,
                 f"policy says {factor.type}/{factor.unit}; " + "; ".join(off),
             )
-    if run.blocked():
-        return finish()
 
-    # 3. evidence: every read passed its shape check, and its raw value has the declared type.
-    run.stages.append("evidence")
+
+def _evidence(run: _Run) -> None:
+    """Every read passed its shape check, and its raw value has the declared type."""
     for factor in run.live():
-        for lab, env in zip(labels, envs, strict=True):
-            o = env.observation(factor.id)
-            assert o is not None
+        for lab, o in run.observed(factor):
             if not o.shape.ok:
                 why = ", ".join(o.shape.reason_codes) or "no reason recorded"
                 run.find(factor, "evidence", SHAPE_FAILED, f"{lab}: read failed its shape ({why})")
@@ -532,14 +297,12 @@ def check_environments(
                     f"{lab}: raw {o.raw_value!r} not {factor.type}",
                 )
                 break
-    if run.blocked():
-        return finish()
 
-    # 4. normalization: recompute from the raw value with the contract's versioned normalizer.
-    run.stages.append("normalization")
-    normalized: dict[str, list[Any]] = {}
+
+def _normalization(run: _Run) -> None:
+    """Recompute from the raw value with the contract's versioned normalizer."""
     for factor in run.live():
-        contract = policy.source(factor.source)
+        contract = run.policy.source(factor.source)
         name = contract.normalizer.split("@", 1)[0]
         if name != factor.normalization:
             run.find(
@@ -558,9 +321,7 @@ def check_environments(
             )
             continue
         values: list[Any] = []
-        for lab, env in zip(labels, envs, strict=True):
-            o = env.observation(factor.id)
-            assert o is not None
+        for lab, o in run.observed(factor):
             try:
                 v = normalize(contract.normalizer, o.raw_value)
             except (ValueError, TypeError) as exc:
@@ -577,16 +338,15 @@ def check_environments(
                 break
             values.append(v)
         else:
-            normalized[factor.id] = values
-    if run.blocked():
-        return finish()
+            run.normalized[factor.id] = values
 
-    # 5. run rules: a class-matched factor's value must belong to a declared class.
-    run.stages.append("run_rules")
+
+def _run_rules(run: _Run) -> None:
+    """A class-matched factor's value must belong to a declared class."""
     for factor in run.live():
-        if factor.match != "class" or factor.id not in normalized:
+        if factor.match != "class" or factor.id not in run.normalized:
             continue
-        for lab, v in zip(labels, normalized[factor.id], strict=True):
+        for lab, v in zip(run.labels, run.normalized[factor.id], strict=True):
             if _class_of(factor, v) is None:
                 run.find(
                     factor,
@@ -595,49 +355,81 @@ def check_environments(
                     f"{lab}: {v!r} is in no declared class {sorted(factor.classes or {})}",
                 )
                 break
-    if run.blocked() or len(envs) == 1:
-        return finish()
 
-    # 6. match rules across the pair/set: every pair must match.
-    run.stages.append("match_rules")
+
+def _match_rules(run: _Run) -> None:
+    """Across the pair/set: every pair of artifacts must match, by the factor's match rule."""
     for factor in run.live():
-        if factor.id not in normalized:
+        if factor.id not in run.normalized:
             continue
-        vals = normalized[factor.id]
+        vals = run.normalized[factor.id]
         for (i, a), (j, b) in itertools.combinations(enumerate(vals), 2):
-            pair = f"{labels[i]} vs {labels[j]}"
-            if factor.match == "exact":
-                if a != b:
-                    run.find(factor, "match_rules", VALUE_MISMATCH, f"{pair}: {a!r} != {b!r}")
-                    break
-            elif factor.match == "class":
-                ca, cb = _class_of(factor, a), _class_of(factor, b)
-                if ca != cb:
-                    run.find(
-                        factor,
-                        "match_rules",
-                        CLASS_MISMATCH,
-                        f"{pair}: {a!r} ({ca}) and {b!r} ({cb}) are in different classes",
-                    )
-                    break
-            else:
-                tol = factor.tolerance
-                if purpose == "overhead_pair" and factor.overhead_pair_tolerance is not None:
-                    tol = factor.overhead_pair_tolerance
-                assert tol is not None
-                if not (_TYPE_CHECK["number"](a) and _TYPE_CHECK["number"](b)):
-                    run.find(factor, "match_rules", TYPE_MISMATCH, f"{pair}: not numbers")
-                    break
-                ok, why = _within(float(a), float(b), tol)
-                if not ok:
-                    which = (
-                        "overhead-pair"
-                        if purpose == "overhead_pair" and factor.overhead_pair_tolerance
-                        else "cross-subject"
-                    )
-                    run.find(factor, "match_rules", OUT_OF_TOLERANCE, f"{pair} ({which}): {why}")
-                    break
-    return finish()
+            problem = _mismatch(run.purpose, factor, a, b)
+            if problem is not None:
+                code, why = problem
+                run.find(factor, "match_rules", code, f"{run.labels[i]} vs {run.labels[j]}{why}")
+                break
+
+
+def _mismatch(purpose: Purpose, factor: Factor, a: Any, b: Any) -> tuple[str, str] | None:
+    """(reason code, detail after the pair's labels) when a and b do not match, else None."""
+    if factor.match == "exact":
+        return None if a == b else (VALUE_MISMATCH, f": {a!r} != {b!r}")
+    if factor.match == "class":
+        ca, cb = _class_of(factor, a), _class_of(factor, b)
+        if ca == cb:
+            return None
+        return CLASS_MISMATCH, f": {a!r} ({ca}) and {b!r} ({cb}) are in different classes"
+    overhead = purpose == "overhead_pair" and factor.overhead_pair_tolerance is not None
+    tol = factor.overhead_pair_tolerance if overhead else factor.tolerance
+    assert tol is not None
+    if not (_TYPE_CHECK["number"](a) and _TYPE_CHECK["number"](b)):
+        return TYPE_MISMATCH, ": not numbers"
+    ok, why = _within(float(a), float(b), tol)
+    if ok:
+        return None
+    return OUT_OF_TOLERANCE, f" ({'overhead-pair' if overhead else 'cross-subject'}): {why}"
+
+
+_STAGE_CHECKS: tuple[Callable[[_Run], None], ...] = (
+    _integrity,
+    _identity,
+    _evidence,
+    _normalization,
+    _run_rules,
+    _match_rules,
+)
+
+
+# ----------------------------------------------------------------------------------------- entry
+
+
+def check_environments(
+    envs: Sequence[ExecutionEnvironment],
+    factors: Iterable[Factor],
+    sources: Iterable[SourceContract],
+    purpose: Purpose = "cross_subject",
+) -> EnvironmentConformanceProof:
+    """One artifact (purpose "run") or a pair/set under the match rules → a conformance proof.
+
+    Pure and deterministic: the same artifacts and rules always give the same proof bytes.
+    """
+    if not envs:
+        raise ValueError("at least one execution-environment artifact is needed")
+    policy = policy_of(factors, sources)
+    if len(envs) == 1:
+        purpose = "run"
+    elif purpose == "run":
+        raise ValueError("purpose 'run' takes exactly one artifact")
+    run = _Run(policy, envs, purpose)
+    for stage, check in zip(STAGES, _STAGE_CHECKS, strict=True):
+        if stage == "match_rules" and len(envs) == 1:
+            break  # one artifact has nothing to match against
+        run.stages.append(stage)
+        check(run)
+        if run.blocked():
+            break
+    return run.proof()
 
 
 def check_run(

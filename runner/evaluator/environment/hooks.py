@@ -13,16 +13,14 @@ from pathlib import Path
 from runner.evaluator.core.canonical import parse_json
 from runner.evaluator.core.errors import EvidenceError
 from runner.evaluator.evidence.journal import EvidenceStore
+from runner.evaluator.evidence.loading import LoadedEvidence
 from runner.evaluator.protocol.runfile import RunProtocol, read_protocol
-from runner.evaluator.publish.publication import PublishableScorecard
-from runner.evaluator.verdict.eligibility import EnvironmentCheck, LoadedEvidence
+from runner.evaluator.publish.models import PublishableScorecard
+from runner.evaluator.verdict import reasons as R
+from runner.evaluator.verdict.eligibility import EnvironmentCheck
 
-from .conformance import (
-    ExecutionEnvironment,
-    check_environments,
-    check_run,
-    load_environment,
-)
+from .artifact import ExecutionEnvironment, load_environment
+from .conformance import check_environments, check_run
 
 
 def _artifact(store: EvidenceStore, address: str) -> ExecutionEnvironment:
@@ -40,18 +38,18 @@ def environment_hook(
         return EnvironmentCheck(None, None, [])
     if not evidence.environment:
         required = any(f.required for f in spec.factors)
-        return EnvironmentCheck(None, None, ["environment_not_recorded"] if required else [])
+        return EnvironmentCheck(None, None, [R.ENVIRONMENT_NOT_RECORDED] if required else [])
     envs: list[ExecutionEnvironment] = []
     for rec in evidence.environment:
         try:
             env = _artifact(store, rec.artifact)
         except EvidenceError:
             return EnvironmentCheck(
-                None, rec.execution_environment_hash, ["environment_artifact_invalid"]
+                None, rec.execution_environment_hash, [R.ENVIRONMENT_ARTIFACT_INVALID]
             )
         if env.execution_environment_hash != rec.execution_environment_hash:
             return EnvironmentCheck(
-                None, rec.execution_environment_hash, ["environment_artifact_mismatch"]
+                None, rec.execution_environment_hash, [R.ENVIRONMENT_ARTIFACT_MISMATCH]
             )
         if env.execution_environment_hash not in {e.execution_environment_hash for e in envs}:
             envs.append(env)
@@ -63,7 +61,9 @@ def environment_hook(
         if len(envs) == 1
         else (check_environments(envs, spec.factors, spec.sources, purpose="overhead_pair"))
     )
-    reasons = [f"environment:{c}" for c in proof.reason_codes] if not proof.conform else []
+    reasons = (
+        [R.qualified(R.ENVIRONMENT, c) for c in proof.reason_codes] if not proof.conform else []
+    )
     return EnvironmentCheck(
         proof.proof_hash, first.execution_environment_hash, reasons, proof.to_json()
     )
@@ -90,24 +90,24 @@ def environment_pair_check(
             store = EvidenceStore(run)
             ev = LoadedEvidence.from_store(store)
         except (EvidenceError, OSError) as exc:
-            return (None, [f"environment_unreadable:{path}: {exc}"])
+            return (None, [R.qualified(R.ENVIRONMENT_UNREADABLE, f"{path}: {exc}")])
         match = [
             r
             for r in ev.environment
             if r.execution_environment_hash == card.execution_environment_hash
         ]
         if not match:
-            return (None, [f"environment_missing:{path}"])
+            return (None, [R.qualified(R.ENVIRONMENT_MISSING, path)])
         envs.append(_artifact(store, match[0].artifact))
         spec = rp.spec()
         factors = (spec.factors, spec.sources)
     if factors is None or not spec_requires(cards):
         return (None, [])
     if len(envs) != len(cards):
-        return (None, ["environment_missing_for_some_results"])
+        return (None, [R.ENVIRONMENT_MISSING_FOR_SOME_RESULTS])
     proof = check_environments(envs, *factors)
     if not proof.conform:
-        return (None, [f"environment:{c}" for c in proof.reason_codes])
+        return (None, [R.qualified(R.ENVIRONMENT, c) for c in proof.reason_codes])
     return (proof.proof_hash, [])
 
 

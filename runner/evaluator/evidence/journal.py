@@ -72,16 +72,16 @@ def _parse_line(line: bytes, where: str) -> tuple[int, str | None, str, dict[str
         raise EvidenceError(f"{where}: line is not in canonical form (edited?)")
     # The envelope's own members have exact types: `line_leaf` relies on at_ns being a digit
     # string (an object there could hide a ',"prev":' and move the cut).
-    seq, prev, at_ns = env["seq"], env["prev"], env["at_ns"]
+    seq, prev, at_ns, record = env["seq"], env["prev"], env["at_ns"], env["record"]
     if (
         type(seq) is not int
         or not (prev is None or (type(prev) is str and is_digest(prev)))
         or type(at_ns) is not str
         or not (0 < len(at_ns) <= 20 and at_ns.isascii() and at_ns.isdigit())
-        or type(env["record"]) is not dict
+        or type(record) is not dict
     ):
         raise EvidenceError(f"{where}: not a journal envelope (member of the wrong type)")
-    return env["seq"], env["prev"], env["at_ns"], env["record"]
+    return seq, prev, at_ns, record
 
 
 def line_leaf(line: bytes) -> str:

@@ -9,26 +9,21 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import Field, TypeAdapter
 
-from runner.evaluator.core.types import Phase
+from runner.evaluator.core.types import Digest, Frozen, Phase
 from runner.evaluator.protocol.faultkinds import FaultKind
 
 EVIDENCE_SCHEMA_VERSION = "afb.evidence/1"
-Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
 NsTime = Annotated[str, Field(pattern=r"^[0-9]{1,20}$", description="nanoseconds, as a string")]
 
 
-class Body(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class AttemptRef(Body):
+class AttemptRef(Frozen):
     cell_id: Digest
     attempt: int = Field(ge=1, le=20)
 
 
-class RunStarted(Body):
+class RunStarted(Frozen):
     type: Literal["run_started"] = "run_started"
     run_id: str
     spec_path: str
@@ -138,13 +133,13 @@ class HarnessError(AttemptRef):
     message: str
 
 
-class EnvironmentRecorded(Body):
+class EnvironmentRecorded(Frozen):
     type: Literal["environment"] = "environment"
     artifact: Digest = Field(description="blob holding the execution-environment artifact")
     execution_environment_hash: Digest
 
 
-class QuarantinedTail(Body):
+class QuarantinedTail(Frozen):
     """A torn last line found on reopen: moved aside, its bytes hashed here; nothing is lost."""
 
     type: Literal["quarantined_tail"] = "quarantined_tail"

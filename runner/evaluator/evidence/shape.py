@@ -33,9 +33,10 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import jsonschema  # type: ignore[import-untyped]
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from runner.evaluator.core.canonical import parse_json, sha256_digest
+from runner.evaluator.core.types import Frozen
 from runner.evaluator.protocol.spec import ShapeCheck, SourceContract
 
 READ_FAILED = "read_failed"
@@ -77,16 +78,12 @@ SHAPE_REASON_CODES = (
 )
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class RedirectHop(_Frozen):
+class RedirectHop(Frozen):
     status: int
     location: str
 
 
-class ResponseSnapshot(_Frozen):
+class ResponseSnapshot(Frozen):
     """Everything a read returned, as captured by the runtime; the input of a shape check."""
 
     status: int | None = Field(default=None, description="HTTP status; None for non-HTTP reads")
@@ -99,7 +96,7 @@ class ResponseSnapshot(_Frozen):
     error: str | None = Field(default=None, description="why the read itself failed, if it did")
 
 
-class ShapeVerdict(_Frozen):
+class ShapeVerdict(Frozen):
     ok: bool
     reason_codes: tuple[str, ...] = ()
     details: tuple[str, ...] = ()

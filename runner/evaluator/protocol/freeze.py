@@ -13,10 +13,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from runner.evaluator.core.canonical import canonical_bytes, digest, parse_json
 from runner.evaluator.core.errors import InputError
+from runner.evaluator.core.types import Frozen
 
 from .identities import Identities, verify
 
@@ -27,9 +28,7 @@ class ProtocolStatus(StrEnum):
     AMENDMENT_REQUIRED = "amendment_required"
 
 
-class FreezeRecord(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class FreezeRecord(Frozen):
     type: Literal["freeze", "amendment"]
     protocol_id: str
     protocol_version: str

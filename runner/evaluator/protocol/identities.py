@@ -11,14 +11,14 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from runner.evaluator.core.canonical import digest
 from runner.evaluator.core.inputs import evaluator_digest, project_root
 from runner.evaluator.core.nar import nar_sha256
+from runner.evaluator.core.types import Frozen
 
 from .matrix import ResolvedMatrix, cell_set_hash, matrix_hash, resolve
-from .spec import Spec, spec_base
+from .spec import Spec
+from .specload import spec_base
 from .witness import WitnessContract, contracts_hash, load_contracts
 
 SCHEMA_VERSIONS = {
@@ -27,16 +27,14 @@ SCHEMA_VERSIONS = {
     "policy": "afb.policy/1",
     "witness": "afb.witness/1",
     "evidence": "afb.evidence/1",
-    "proof": "afb.proof/2",
-    "scorecard": "afb.scorecard/2",
+    "proof": "afb.proof/3",
+    "scorecard": "afb.scorecard/3",
     "report": "afb.report/2",
     "environment": "afb.environment/1",
 }
 
 
-class Identities(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class Identities(Frozen):
     protocol_id: str
     protocol_version: str
     protocol_hash: str

@@ -11,17 +11,12 @@ import hashlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from runner.evaluator.core.canonical import canonical_bytes, digest
 from runner.evaluator.core.errors import InputError
+from runner.evaluator.core.types import Frozen
 
 from .faultkinds import NO_FAULT, FaultKind
 from .spec import Fault, Spec, Subject
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Schedule(Frozen):

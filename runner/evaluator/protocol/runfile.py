@@ -13,10 +13,9 @@ import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
-
 from runner.evaluator.core.canonical import digest, fast_canonical_bytes, fast_digest
 from runner.evaluator.core.errors import EvidenceError
+from runner.evaluator.core.types import Frozen
 
 from .freeze import FreezeRecord
 from .identities import Identities, policy_body
@@ -27,9 +26,7 @@ from .witness import WitnessContract, contracts_hash
 PROTOCOL_FILE = "protocol.json"
 
 
-class RunProtocol(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class RunProtocol(Frozen):
     schema_version: str = "afb.run-protocol/1"
     run_id: str
     spec_name: str

@@ -3,28 +3,16 @@
 Arrays are either *sets* (order carries no meaning; they are sorted before hashing, and duplicates
 are an error) or *sequences* (order is meaning and is hashed as written). Each field says which in
 its description; docs/SPEC.md lists them all. Reordering a set or the TOML tables never changes a
-hash.
+hash. Reading a file (and pointing at the line of a mistake) is specload.py.
 """
 
 from __future__ import annotations
 
-import re
-import tomllib
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from runner.evaluator.core.canonical import MAX_SAFE_INTEGER, CanonicalError, canonical_bytes
-from runner.evaluator.core.errors import InputError
-from runner.evaluator.core.inputs import project_root
+from runner.evaluator.core.canonical import MAX_SAFE_INTEGER, canonical_bytes
 from runner.evaluator.core.types import RETRYABLE, Lax, Phase, Status, StrictFrozen
 
 from .faultkinds import NO_FAULT, FaultKind, kind_def
@@ -159,13 +147,13 @@ _DEFAULT_STRATA: tuple[StratumDim, ...] = ("fault_kind", "task_bucket")
 
 
 class Eligibility(StrictFrozen):
-    witnessed_coverage_floor_percent: int = Field(
-        default=100, ge=1, le=100, description="applies overall and in every stratum"
-    )
+    # Single-value keys, accepted so existing specs parse and hash as before: every cell needs a
+    # final subject outcome (a lower floor would need per-stratum bounds), and no draft mints.
+    witnessed_coverage_floor_percent: Literal[100] = Field(default=100, description="only 100")
     strata: list[StratumDim] = Field(
         default_factory=lambda: list(_DEFAULT_STRATA), description="set"
     )
-    require_frozen: bool = True
+    require_frozen: Literal[True] = Field(default=True, description="only true")
     not_comparable_after_invalid_attempts: int = Field(
         default=2,
         ge=1,
@@ -179,10 +167,13 @@ class Eligibility(StrictFrozen):
         return _unique_sorted(v, "stratum dimension")
 
 
+Measure = Literal["completion", "duplicate_effects", "recovery_overhead"]
+
+
 class Scoring(StrictFrozen):
     scorer_version: str = Field(min_length=1, max_length=32)
-    measures: list[Literal["completion", "duplicate_effects", "recovery_overhead"]] = Field(
-        description="set"
+    measures: list[Measure] = Field(
+        description="set: the measures a scorecard carries; an unlisted one is absent from it"
     )
     overhead_baseline: Literal["same_task_subject_seed"] = "same_task_subject_seed"
     aggregation: Literal["per_subject_and_stratum"] = "per_subject_and_stratum"
@@ -200,8 +191,11 @@ _DEFAULT_EQUAL: tuple[Literal["protocol_hash", "cell_set_hash"], ...] = (
 
 
 class Comparison(StrictFrozen):
+    """The comparison gate's rules (publish/compare.py): every scorecard carries them, and a
+    comparison applies the strictest combination of its scorecards' rules."""
+
     require_equal: list[Literal["protocol_hash", "cell_set_hash"]] = Field(
-        default_factory=lambda: list(_DEFAULT_EQUAL), description="set"
+        default_factory=lambda: list(_DEFAULT_EQUAL), description="set: identities shared by all"
     )
     require_distinct_subjects: bool = True
     require_environment_conformance: bool = True
@@ -216,14 +210,17 @@ _DEFAULT_OUTPUTS: tuple[Literal["json", "markdown"], ...] = ("json", "markdown")
 
 
 class Publication(StrictFrozen):
-    require_frozen: bool = True
+    require_frozen: Literal[True] = Field(default=True, description="only true")
     outputs: list[Literal["json", "markdown"]] = Field(
-        default_factory=lambda: list(_DEFAULT_OUTPUTS), description="set"
+        default_factory=lambda: list(_DEFAULT_OUTPUTS),
+        description="set; json is required (every reader uses it), markdown written if listed",
     )
 
     @field_validator("outputs")
     @classmethod
     def _outputs_set(cls, v: list[str]) -> list[str]:
+        if "json" not in v:
+            raise ValueError("outputs must include 'json': every other reader works from it")
         return _unique_sorted(v, "output")
 
 
@@ -366,7 +363,7 @@ class Spec(StrictFrozen):
         for si, ts in enumerate(self.task_sets):
             for ti, t in enumerate(ts.tasks):
                 if t.bucket not in ts.buckets:
-                    raise _LocatedError(
+                    raise LocatedError(
                         ("task_sets", si, "tasks", ti, "bucket"),
                         f"bucket {t.bucket!r} of task {t.id!r} is not declared; expected one of "
                         f"this task set's buckets {ts.buckets}",
@@ -380,25 +377,25 @@ class Spec(StrictFrozen):
         buckets = {b for s in self.task_sets for b in s.buckets}
         for i, f in enumerate(self.faults):
             if f.trigger.tool != "*" and f.trigger.tool not in tool_names:
-                raise _LocatedError(
+                raise LocatedError(
                     ("faults", i, "trigger", "tool"),
                     f"unknown tool {f.trigger.tool!r}; declared tools: {sorted(tool_names)}",
                 )
             for s in f.applies_to.task_sets or []:
                 if s not in set_ids:
-                    raise _LocatedError(
+                    raise LocatedError(
                         ("faults", i, "applies_to", "task_sets"), f"unknown task set {s!r}"
                     )
             for b in f.applies_to.buckets or []:
                 if b not in buckets:
-                    raise _LocatedError(
+                    raise LocatedError(
                         ("faults", i, "applies_to", "buckets"), f"unknown bucket {b!r}"
                     )
         _no_duplicate_cells(self)
         source_ids = {s.id for s in self.sources}
         for i, fac in enumerate(self.factors):
             if fac.source not in source_ids:
-                raise _LocatedError(
+                raise LocatedError(
                     ("factors", i, "source"),
                     f"unknown source {fac.source!r}; declared sources: {sorted(source_ids)}",
                 )
@@ -412,7 +409,7 @@ def _unique_ids(ids: list[str], where: str, what: str) -> None:
     seen: set[str] = set()
     for i, v in enumerate(ids):
         if v in seen:
-            raise _LocatedError((where, i), f"duplicate {what} {v!r}")
+            raise LocatedError((where, i), f"duplicate {what} {v!r}")
         seen.add(v)
 
 
@@ -422,7 +419,7 @@ def _unique_task_ids(task_sets: list[TaskSet]) -> None:
         for ti, t in enumerate(s.tasks):
             if t.id in seen:
                 a, b = seen[t.id]
-                raise _LocatedError(
+                raise LocatedError(
                     ("task_sets", si, "tasks", ti),
                     f"duplicate task id {t.id!r} (also task_sets[{a}].tasks[{b}]); "
                     "task ids are unique across all task sets",
@@ -438,7 +435,7 @@ def _no_duplicate_cells(spec: Spec) -> None:
             {"kind": f.kind, "trigger": f.trigger.model_dump(mode="json"), "p": f.parameters}
         )
         if key in schedules:
-            raise _LocatedError(
+            raise LocatedError(
                 ("faults", i),
                 f"duplicate cells: fault {f.id!r} has the same kind, trigger and parameters as "
                 f"fault {schedules[key]!r}",
@@ -448,7 +445,7 @@ def _no_duplicate_cells(spec: Spec) -> None:
     for i, s in enumerate(spec.subjects):
         key = canonical_bytes({"agent": s.agent, "config": s.config})
         if key in configs:
-            raise _LocatedError(
+            raise LocatedError(
                 ("subjects", i),
                 f"duplicate cells: subject {s.id!r} has the same agent and config as "
                 f"subject {configs[key]!r}",
@@ -456,344 +453,15 @@ def _no_duplicate_cells(spec: Spec) -> None:
         configs[key] = s.id
 
 
-class _LocatedError(ValueError):
+class LocatedError(ValueError):
+    """A cross-reference error that names the key it is about (specload points at its line)."""
+
     def __init__(self, loc: tuple[str | int, ...], message: str) -> None:
         self.loc = loc
         super().__init__(message)
-
-
-# ---------------------------------------------------------------------------------------- loading
 
 
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in err["loc"])
     return f"{loc}: {err['msg']}" if loc else err["msg"]
-
-
-def _keypath(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out
-
-
-# A best-effort locator of a key path in TOML source: tomllib keeps no positions, so we find the
-# [table] / [[array]] headers, then `key =` inside a table's body, then walk inline arrays and
-# inline tables element by element. It returns the deepest line it could match (the table's
-# header when a key is missing), or None.
-
-_HEADER = re.compile(r"^[ \t]*(\[\[?)[ \t]*([^\[\]#]+?)[ \t]*\]\]?[ \t]*(?:#.*)?$", re.MULTILINE)
-
-
-def _name_parts(name: str) -> tuple[str, ...]:
-    return tuple(p.strip().strip("\"'") for p in name.split("."))
-
-
-def _skip_blank(text: str, pos: int) -> int:
-    while pos < len(text):
-        if text[pos] in " \t\r\n":
-            pos += 1
-        elif text[pos] == "#":
-            end = text.find("\n", pos)
-            pos = len(text) if end < 0 else end
-        else:
-            break
-    return pos
-
-
-def _skip_string(text: str, pos: int) -> int:
-    quote = text[pos]
-    if text.startswith(quote * 3, pos):
-        end = text.find(quote * 3, pos + 3)
-        return len(text) if end < 0 else end + 3
-    pos += 1
-    while pos < len(text) and text[pos] != quote and text[pos] != "\n":
-        pos += 2 if quote == '"' and text[pos] == "\\" else 1
-    return pos + 1
-
-
-def _inline_items(text: str, pos: int) -> list[tuple[int, int]]:
-    """(start of item, start of its value) for each item of the inline [..] or {..} at pos."""
-    items: list[tuple[int, int]] = []
-    depth, item_start = 0, None
-    while pos < len(text):
-        pos = _skip_blank(text, pos) if depth == 1 else pos
-        if pos >= len(text):
-            break
-        c = text[pos]
-        if c in "\"'":
-            if depth == 1 and item_start is None:
-                item_start = pos
-            pos = _skip_string(text, pos)
-            continue
-        if c == "#":
-            end = text.find("\n", pos)
-            pos = len(text) if end < 0 else end
-            continue
-        if c in "[{":
-            depth += 1
-            if depth == 2 and item_start is None:
-                item_start = pos
-        elif c in "]}":
-            depth -= 1
-            if depth == 0:
-                if item_start is not None:
-                    items.append((item_start, item_start))
-                return items
-        elif c == "," and depth == 1:
-            if item_start is not None:
-                items.append((item_start, item_start))
-            item_start = None
-        elif depth == 1 and item_start is None and c not in " \t\r\n":
-            item_start = pos
-        pos += 1
-    return items
-
-
-def _inline_find(text: str, pos: int, loc: tuple[Any, ...]) -> int:
-    """Deepest position of `loc` inside the inline value starting at `pos`."""
-    for part in loc:
-        pos = _skip_blank(text, pos)
-        if pos >= len(text):
-            break
-        items = _inline_items(text, pos)
-        if isinstance(part, int):
-            if text[pos] != "[" or part >= len(items):
-                break
-            pos = items[part][0]
-            continue
-        if text[pos] != "{":
-            break
-        key = re.compile(r"[\"']?" + re.escape(str(part)) + r"[\"']?[ \t]*=[ \t]*")
-        for start, _ in items:
-            m = key.match(text, start)
-            if m:
-                pos = m.end()
-                break
-        else:
-            break
-    return pos
-
-
-def _locate_line(text: str, loc: tuple[Any, ...]) -> int | None:
-    if not loc:
-        return None
-    headers = [
-        (m.start(), _name_parts(m.group(2)), m.group(1) == "[[") for m in _HEADER.finditer(text)
-    ]
-    # The current table: where its header is, where its own keys end, where its extent ends.
-    header_pos: int | None = None
-    body = (0, headers[0][0] if headers else len(text))
-    extent = (0, len(text))
-    name: tuple[str, ...] = ()
-    parts = list(loc)
-    i = 0
-    while i < len(parts):
-        part = parts[i]
-        if isinstance(part, int):
-            break
-        key = re.compile(
-            r"^[ \t]*[\"']?" + re.escape(str(part)) + r"[\"']?[ \t]*[=.][ \t]*", re.MULTILINE
-        )
-        m = key.search(text, body[0], body[1])
-        if m:
-            pos = _inline_find(text, m.end(), tuple(parts[i + 1 :]))
-            return text.count("\n", 0, pos) + 1
-        want = (*name, str(part))
-        matches = [(p, arr) for p, n, arr in headers if n == want and extent[0] <= p < extent[1]]
-        if not matches:
-            break
-        is_array = matches[0][1]
-        if is_array and i + 1 < len(parts) and isinstance(parts[i + 1], int):
-            if parts[i + 1] >= len(matches):
-                break
-            chosen = matches[parts[i + 1]][0]
-            i += 2
-        else:
-            chosen = matches[0][0]
-            i += 1
-        later = [(p, n) for p, n, _ in headers if p > chosen]
-        body = (chosen, later[0][0] if later else len(text))
-        end = next((p for p, n in later if n[: len(want)] != want or n == want), extent[1])
-        extent = (chosen, end)
-        header_pos, name = chosen, want
-    if header_pos is None:
-        return None
-    return text.count("\n", 0, header_pos) + 1
-
-
-_TOML_LINE = re.compile(r"at line (\d+)")
-
-
-def load_spec(path: Path) -> Spec:
-    """Parse and validate a spec file; every input mistake becomes an InputError."""
-    name = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read spec: {exc}", file=name) from exc
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        m = _TOML_LINE.search(str(exc))
-        raise InputError(
-            f"malformed TOML: {exc}", file=name, line=int(m.group(1)) if m else None
-        ) from exc
-    try:
-        canonical_bytes(_plain(raw))
-    except CanonicalError as exc:
-        loc = _pointer_loc(raw, exc.path)
-        msg = str(exc).split(": ", 1)[-1]
-        if "has no JSON representation" in msg:
-            msg += "; expected a string, number, boolean, array or table (quote dates and times)"
-        raise InputError(
-            msg,
-            file=name,
-            key=_keypath(loc) or None,
-            line=_locate_line(text, loc),
-        ) from exc
-    try:
-        spec = Spec.model_validate(raw)
-    except ValidationError as exc:
-        errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
-        err = errors[0]
-        loc = tuple(err["loc"])
-        ctx_err = (err.get("ctx") or {}).get("error")
-        if isinstance(ctx_err, _LocatedError):
-            loc = ctx_err.loc
-            msg = str(ctx_err)
-        else:
-            msg = _describe(err, loc)
-        more = "".join(
-            f"; also at `{_keypath(tuple(e['loc']))}`: {_describe(e, tuple(e['loc']))}"
-            for e in errors[1:3]
-        )
-        if len(errors) > 3:
-            more += f" (and {len(errors) - 3} more problems)"
-        raise InputError(
-            msg + more, file=name, key=_keypath(loc) or None, line=_locate_line(text, loc)
-        ) from exc
-    _check_paths(spec, path, text)
-    return spec
-
-
-def _pointer_loc(raw: Any, pointer: str) -> tuple[str | int, ...]:
-    """A CanonicalError's JSON-pointer-like path as a key path (list indices as ints)."""
-    loc: list[str | int] = []
-    node = raw
-    for token in [t for t in pointer.split("/") if t]:
-        key = token.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, list) and key.isdigit() and int(key) < len(node):
-            loc.append(int(key))
-            node = node[int(key)]
-        elif isinstance(node, dict) and key in node:
-            loc.append(key)
-            node = node[key]
-        else:
-            loc.append(key)
-            node = None
-    return tuple(loc)
-
-
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The spec model that holds the key at `loc` (for listing the keys it accepts)."""
-    model: Any = Spec
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        fields = {f.alias or n: f for n, f in model.model_fields.items()}
-        field = fields.get(str(part))
-        if field is None:
-            return None
-        model = _unwrap_model(field.annotation)
-        if model is None:
-            return None
-    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
-
-
-def _unwrap_model(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()):
-        found = _unwrap_model(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _describe(err: Any, loc: tuple[Any, ...] = ()) -> str:
-    kind = err["type"]
-    if kind == "extra_forbidden":
-        model = _model_at(loc[:-1])
-        if model is None:
-            return "unknown key (not part of the spec language)"
-        allowed = sorted(f.alias or n for n, f in model.model_fields.items())
-        return f"unknown key {loc[-1]!r}; expected one of: {', '.join(allowed)}"
-    if kind == "missing":
-        return "required key is missing"
-    if kind == "value_error":
-        return str(err["msg"]).removeprefix("Value error, ")
-    got = err.get("input")
-    shown = f" (got {got!r})" if not isinstance(got, dict | list) else ""
-    return "expected: " + str(err["msg"]).removeprefix("Value error, ") + shown
-
-
-def _plain(value: Any) -> Any:
-    # A plain copy; TOML dates/times have no JSON form, so canonical_bytes then rejects them with
-    # their key path, as input errors.
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _check_paths(spec: Spec, spec_path: Path, text: str = "") -> None:
-    base = spec_path.resolve().parent
-    checks: list[tuple[tuple[str | int, ...], str]] = []
-    for si, s in enumerate(spec.task_sets):
-        for ti, t in enumerate(s.tasks):
-            if t.path is not None:
-                checks.append((("task_sets", si, "tasks", ti, "path"), t.path))
-    for loc, rel in checks:
-        key, line = _keypath(loc), _locate_line(text, loc)
-        resolved = (base / rel).resolve()
-        if Path(rel).is_absolute() or not resolved.is_relative_to(base):
-            raise InputError(
-                f"path {rel!r} escapes the spec's folder; expected a path relative to, and "
-                f"inside, {base}",
-                file=str(spec_path),
-                key=key,
-                line=line,
-            )
-        if not resolved.exists():
-            raise InputError(
-                f"path {rel!r} does not exist (relative to {base})",
-                file=str(spec_path),
-                key=key,
-                line=line,
-            )
-    root = project_root()
-    for i, c in enumerate(spec.grader.code):
-        key = f"grader.code[{i}]"
-        resolved = (root / c).resolve()
-        if Path(c).is_absolute() or not resolved.is_relative_to(root) or not resolved.is_file():
-            raise InputError(
-                f"grader file {c!r} is not a file inside the checkout {root}",
-                file=str(spec_path),
-                key=key,
-            )
-    if spec.grader.image and not (root / "images" / spec.grader.image).is_dir():
-        raise InputError(
-            f"no image folder images/{spec.grader.image} in the checkout",
-            file=str(spec_path),
-            key="grader.image",
-        )
-
-
-def spec_base(spec_path: Path) -> Path:
-    return spec_path.resolve().parent

@@ -10,19 +10,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from runner.evaluator.core.canonical import digest, parse_json
 from runner.evaluator.core.errors import InputError
+from runner.evaluator.core.types import Frozen
 
 from .faultkinds import NO_FAULT, FaultKind, injected_kinds, kind_def
 
 WITNESS_SCHEMA_VERSION = "afb.witness/1"
 _MISSING = object()
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class PathOperand(Frozen):

@@ -1,27 +1,41 @@
-"""The comparison gate (DESIGN §5): a comparison exists only between publishable scorecards on
-the same frozen protocol and cell set, for declared-distinct subjects, in conforming
-environments. Otherwise it is refused with reasons and no artifact is written."""
+"""The comparison gate (DESIGN §5): a comparison exists only between publishable scorecards of
+frozen protocols, under the [comparison] rules every scorecard carries (by default: the same
+protocol and cell set, declared-distinct subjects, conforming environments). The gate applies the
+strictest combination of the compared cards' rules, so no card is compared under weaker rules
+than its own protocol's. Otherwise it is refused with reasons and no artifact is written.
+
+A stratum in which any compared subject had a SCENARIO_MISMATCH is left out for every subject
+and listed in `not_comparable_strata`; each subject's `overall` is then summed over the
+comparable strata only (its wall-time median, which does not sum, is left out)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from runner.evaluator.core.canonical import digest
 from runner.evaluator.core.errors import EvidenceError
+from runner.evaluator.core.types import Frozen
+from runner.evaluator.verdict import reasons as R
 
-from .publication import Measures, PublishableScorecard
+from .load import load_result
+from .models import (
+    Completion,
+    DuplicateEffects,
+    Measures,
+    PublishableScorecard,
+    RecoveryOverhead,
+)
+from .scoring import ratio
 
-COMPARISON_SCHEMA = "afb.comparison/1"
+COMPARISON_SCHEMA = "afb.comparison/2"
 EnvPairCheck = Callable[[list[tuple[Path, PublishableScorecard]]], tuple[str | None, list[str]]]
 
 
-class ComparedSubject(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class ComparedSubject(Frozen):
     subject_id: str
     subject_config_hash: str
     scorecard_hash: str
@@ -30,14 +44,15 @@ class ComparedSubject(BaseModel):
     strata: dict[str, Measures]
 
 
-class Comparison(BaseModel):
+class Comparison(Frozen):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    schema_version: Literal["afb.comparison/1"] = Field(default="afb.comparison/1", alias="schema")
+    schema_version: Literal["afb.comparison/2"] = Field(default="afb.comparison/2", alias="schema")
     protocol_id: str
     protocol_hash: str
     cell_set_hash: str
     environment_conformance: str | None
+    not_comparable_strata: list[str]  # scenario_mismatch_stratum:<stratum>, left out for all
     subjects: list[ComparedSubject]  # sorted by subject id; no rank is implied
     comparison_hash: str
 
@@ -48,28 +63,27 @@ def compare(
     retired: Callable[[str], str | None] | None = None,
 ) -> tuple[Comparison | None, list[str]]:
     """Load result files and gate them; refuse anything that is not a publishable scorecard."""
-    from .results import load_result  # results imports this module
-
     reasons: list[str] = []
     cards: list[tuple[Path, PublishableScorecard]] = []
     if len(paths) < 2:
-        reasons.append("need_at_least_two_results")
+        reasons.append(R.NEED_AT_LEAST_TWO_RESULTS)
     for p in paths:
         try:
             r = load_result(p)
         except (EvidenceError, ValidationError, ValueError) as exc:
-            reasons.append(f"not_publishable:{p}: {str(exc).splitlines()[0]}")
+            reasons.append(R.qualified(R.NOT_PUBLISHABLE, f"{p}: {str(exc).splitlines()[0]}"))
             continue
         if not isinstance(r, PublishableScorecard):
-            reasons.append(f"not_publishable:{p}: incomplete evidence for subject {r.subject_id}")
+            why = f"{p}: incomplete evidence for subject {r.subject_id}"
+            reasons.append(R.qualified(R.NOT_PUBLISHABLE, why))
             continue
         state = retired(r.scorecard_hash()) if retired else None
-        if state:
-            reasons.append(f"{state}:{p}")
+        if state:  # R.SUPERSEDED or R.WITHDRAWN: the registry state is the code
+            reasons.append(R.qualified(state, p))
         cards.append((p, r))
     reasons += gate([c for _, c in cards])
     env_proof = None
-    if cards and env_check is not None and not reasons:
+    if cards and env_check is not None and not reasons and needs_conformance(c for _, c in cards):
         env_proof, env_reasons = env_check(cards)
         reasons += env_reasons
     if reasons:
@@ -77,35 +91,91 @@ def compare(
     return build([c for _, c in cards], env_proof), []
 
 
+def needs_conformance(cards: Iterable[PublishableScorecard]) -> bool:
+    """[comparison].require_environment_conformance of any compared card."""
+    return any(c.comparison_rules.require_environment_conformance for c in cards)
+
+
 def gate(cards: list[PublishableScorecard]) -> list[str]:
-    """The comparison rules that hold between scorecards themselves."""
+    """The comparison rules that hold between scorecards themselves: each card's own
+    [comparison] rules, combined strictly (a rule any card requires applies to all)."""
     reasons: list[str] = []
     if not cards:
         return reasons
-    if len({c.protocol_hash for c in cards}) > 1:
-        reasons.append("protocol_hash_differs")
-    if len({c.cell_set_hash for c in cards}) > 1:
-        reasons.append("cell_set_differs")
+    equal = {f for c in cards for f in c.comparison_rules.require_equal}
+    if "protocol_hash" in equal and len({c.protocol_hash for c in cards}) > 1:
+        reasons.append(R.PROTOCOL_HASH_DIFFERS)
+    if "cell_set_hash" in equal and len({c.cell_set_hash for c in cards}) > 1:
+        reasons.append(R.CELL_SET_DIFFERS)
     hashes = [c.subject_config_hash for c in cards]
-    if len(set(hashes)) != len(hashes):
-        reasons.append("subjects_not_distinct")
+    distinct = any(c.comparison_rules.require_distinct_subjects for c in cards)
+    if distinct and len(set(hashes)) != len(hashes):
+        reasons.append(R.SUBJECTS_NOT_DISTINCT)
+    # No rule allows a draft (a scorecard cannot even be built from one; this is the backstop).
     if any(c.proof.protocol_status != "frozen" for c in cards):
-        reasons.append("protocol_not_frozen")
+        reasons.append(R.PROTOCOL_NOT_FROZEN)
     return reasons
+
+
+def _summed(parts: list[Measures], fields: set[str]) -> Measures:
+    """A group's measures from those of disjoint groups: every integer sums; a ratio is
+    recomputed from its sums; the wall-time median does not sum and is left out (None)."""
+
+    def total(get: Callable[[Measures], Any]) -> list[Any]:
+        return [x for x in (get(m) for m in parts) if x is not None]
+
+    out: dict[str, Any] = {}
+    if "completion" in fields:
+        cs: list[Completion] = total(lambda m: m.completion)
+        done, n = sum(c.completed for c in cs), sum(c.cells for c in cs)
+        out["completion"] = Completion(
+            completed=done, cells=n, pre_trigger_failures=sum(c.pre_trigger_failures for c in cs),
+            rate=ratio(done, n),
+        )  # fmt: skip
+    if "duplicate_effects" in fields:
+        ds: list[DuplicateEffects] = total(lambda m: m.duplicate_effects)
+        exp, withd = sum(d.exposed_cells for d in ds), sum(d.cells_with_duplicates for d in ds)
+        out["duplicate_effects"] = DuplicateEffects(
+            exposed_cells=exp, duplicate_effects=sum(d.duplicate_effects for d in ds),
+            cells_with_duplicates=withd, share_without_duplicates=ratio(exp - withd, exp),
+        )  # fmt: skip
+    if "recovery_overhead" in fields:
+        ovs: list[RecoveryOverhead] = total(lambda m: m.recovery_overhead)
+        pairs, extra = sum(o.pairs for o in ovs), sum(o.extra_tool_calls_total or 0 for o in ovs)
+        out["recovery_overhead"] = (
+            RecoveryOverhead(
+                pairs=pairs,
+                missing_baseline=sum(o.missing_baseline for o in ovs),
+                unrecovered=sum(o.unrecovered for o in ovs),
+                extra_tool_calls_total=extra if pairs else None,
+                extra_tool_calls_mean=ratio(extra, pairs),
+                wall_time_ratio_median=None,
+            )
+            if ovs
+            else None
+        )
+    return Measures(**out)
 
 
 def build(cards: list[PublishableScorecard], env_proof: str | None) -> Comparison:
     first = cards[0]
-    subjects = [
-        ComparedSubject(
+    blocked = sorted({s for c in cards for s in c.scenario_mismatch_strata})
+
+    def compared(c: PublishableScorecard) -> ComparedSubject:
+        strata = {k: m for k, m in c.strata.items() if k not in blocked}
+        return ComparedSubject(
             subject_id=c.subject_id,
             subject_config_hash=c.subject_config_hash,
             scorecard_hash=c.scorecard_hash(),
             proof_hash=c.proof_hash,
-            overall=c.overall,
-            strata=c.strata,
+            overall=_summed(list(strata.values()), c.overall.model_fields_set)
+            if blocked
+            else c.overall,
+            strata=strata,
         )
-        for c in sorted(cards, key=lambda c: (c.subject_id, c.subject_config_hash))
+
+    subjects = [
+        compared(c) for c in sorted(cards, key=lambda c: (c.subject_id, c.subject_config_hash))
     ]
     body = {
         "schema": COMPARISON_SCHEMA,
@@ -113,30 +183,41 @@ def build(cards: list[PublishableScorecard], env_proof: str | None) -> Compariso
         "protocol_hash": first.protocol_hash,
         "cell_set_hash": first.cell_set_hash,
         "environment_conformance": env_proof,
+        "not_comparable_strata": [R.qualified(R.SCENARIO_MISMATCH_STRATUM, s) for s in blocked],
         "subjects": [s.model_dump(mode="json") for s in subjects],
     }
     return Comparison.model_validate({**body, "comparison_hash": digest(body)})
 
 
 def comparison_md(c: Comparison) -> str:
+    def v(r: Any) -> str:
+        return "n/a" if r is None else str(r.value)
+
     lines = [
         f"# Comparison on `{c.protocol_id}` `{c.protocol_hash}`",
         "",
         f"- cell set: `{c.cell_set_hash}`",
         f"- environment conformance: `{c.environment_conformance or 'not required'}`",
+    ]
+    if c.not_comparable_strata:
+        lines.append(
+            "- left out (overall sums the other strata): "
+            + ", ".join(f"`{s}`" for s in c.not_comparable_strata)
+        )
+    lines += [
         "",
-        "| subject | completion | duplicate effects | cells without duplicates "
+        "| subject | completion | duplicate effects | exposed cells without duplicates "
         "| extra tool calls (mean) | wall-time ratio (median) |",
         "|---|---|---|---|---|---|",
     ]
     for s in c.subjects:
-        o, m = s.overall.recovery_overhead, s.overall
-        comp = m.completion.rate
-        share = m.duplicate_effects.share_without_duplicates
+        m = s.overall
+        d, o = m.duplicate_effects, m.recovery_overhead
         lines.append(
-            f"| {s.subject_id} | {comp.value if comp else 'n/a'} | "
-            f"{m.duplicate_effects.duplicate_effects} | {share.value if share else 'n/a'} | "
-            f"{o.extra_tool_calls_mean.value if o and o.extra_tool_calls_mean else 'n/a'} | "
+            f"| {s.subject_id} | {v(m.completion.rate) if m.completion else '-'} | "
+            f"{d.duplicate_effects if d else '-'} | "
+            f"{v(d.share_without_duplicates) if d else '-'} | "
+            f"{v(o.extra_tool_calls_mean) if o else '-'} | "
             f"{o.wall_time_ratio_median if o and o.wall_time_ratio_median else 'n/a'} |"
         )
     return "\n".join(lines) + "\n"

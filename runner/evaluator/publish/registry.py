@@ -1,7 +1,9 @@
 """The append-only result registry: published, superseded and withdrawn entries in a hash chain.
 
 Nothing is edited in place: a wrong result is marked superseded (with the adjudication and the
-replacement protocol hash) or withdrawn; a re-derived scorecard links `derived_from`.
+replacement protocol hash) or withdrawn; a regraded scorecard links `derived_from` (its own
+field, or --derived-from), which must name a scorecard already in the registry. A scorecard of a
+draft protocol is never registered.
 """
 
 from __future__ import annotations
@@ -11,20 +13,20 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from runner.evaluator.core.canonical import canonical_bytes, digest, is_digest, parse_json
 from runner.evaluator.core.errors import InputError
+from runner.evaluator.core.types import Frozen
+from runner.evaluator.verdict import reasons as R
 
-from .publication import PublishableScorecard
-from .results import load_result
+from .load import load_result
+from .models import PublishableScorecard
 
 State = Literal["published", "superseded", "withdrawn"]
 
 
-class RegistryEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class RegistryEntry(Frozen):
     type: State
     scorecard_hash: str
     protocol_hash: str
@@ -103,11 +105,23 @@ class Registry:
             raise InputError(f"not a publishable scorecard: {exc}", file=str(scorecard)) from exc
         if not isinstance(card, PublishableScorecard):
             raise InputError("incomplete evidence cannot be registered", file=str(scorecard))
+        if card.proof.protocol_status != "frozen":  # the model refuses it too: the backstop
+            raise InputError(
+                f"{R.PROTOCOL_NOT_FROZEN}: a draft never publishes", file=str(scorecard)
+            )
         h = card.scorecard_hash()
-        if h in self.state():
+        state = self.state()
+        if h in state:
             raise InputError(f"already registered: {h}", file=str(scorecard))
-        if derived_from is not None and derived_from not in self.state():
-            raise InputError(f"--derived-from {derived_from} is not in the registry")
+        if derived_from and card.derived_from and derived_from != card.derived_from:
+            raise InputError(
+                f"--derived-from {derived_from} differs from the scorecard's own derived_from "
+                f"{card.derived_from}",
+                file=str(scorecard),
+            )
+        derived_from = derived_from or card.derived_from
+        if derived_from is not None and derived_from not in state:
+            raise InputError(f"derived_from {derived_from} is not in the registry")
         return self._append(
             RegistryEntry(
                 type="published",
@@ -116,7 +130,7 @@ class Registry:
                 subject_id=card.subject_id,
                 subject_config_hash=card.subject_config_hash,
                 location=str(scorecard),
-                derived_from=derived_from or card.derived_from,
+                derived_from=derived_from,
                 recorded_at=_now(),
                 previous=self._previous(),
             )

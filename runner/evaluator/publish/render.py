@@ -3,7 +3,7 @@ re-render and compare bytes. An incomplete report renders no performance figure 
 
 from __future__ import annotations
 
-from .publication import (
+from .models import (
     CellHistory,
     IncompleteEvidenceReport,
     Measures,
@@ -17,22 +17,25 @@ def _r(r: Ratio | None) -> str:
 
 
 def _row(name: str, m: Measures) -> str:
-    o = m.recovery_overhead
+    """One group's row; `-` where a measure is not carried or not defined for the group."""
+    c, d, o = m.completion, m.duplicate_effects, m.recovery_overhead
+    comp = "-" if c is None else f"{_r(c.rate)} ({c.pre_trigger_failures})"
+    dups = "-" if d is None else f"{d.duplicate_effects} / {d.exposed_cells}"
+    share = "-" if d is None else _r(d.share_without_duplicates)
     extra = (
         "-"
         if o is None
         else ("n/a" if o.extra_tool_calls_mean is None else f"{o.extra_tool_calls_mean.value:+.2f}")
     )
+    pairs = "-" if o is None else f"{o.pairs}"
     wall = (
         "-" if o is None or o.wall_time_ratio_median is None else f"{o.wall_time_ratio_median:.2f}x"
     )
-    return (
-        f"| {name} | {_r(m.completion.rate)} | {m.duplicate_effects.duplicate_effects} | "
-        f"{_r(m.duplicate_effects.share_without_duplicates)} | {extra} | {wall} |"
-    )  # fmt: skip
+    return f"| {name} | {comp} | {dups} | {share} | {extra} | {pairs} | {wall} |"
 
 
 def scorecard_md(s: PublishableScorecard) -> str:
+    cov = s.proof.coverage
     lines = [
         f"# Scorecard: {s.subject_id}",
         "",
@@ -41,13 +44,23 @@ def scorecard_md(s: PublishableScorecard) -> str:
         f"- policy_hash: `{s.policy_hash}`",
         f"- evaluator_digest: `{s.evaluator_digest}`",
         f"- evidence_root_hash: `{s.evidence_root_hash}`",
-        f"- eligibility proof: `{s.proof_hash}` (coverage "
-        f"{s.proof.coverage.witnessed}/{s.proof.coverage.registered} witnessed)",
+        f"- eligibility proof: `{s.proof_hash}` ({cov.decided}/{cov.registered} cells decided; "
+        f"faults witnessed {cov.witnessed}/{cov.scheduled}, {cov.pre_trigger_failures} "
+        f"pre-trigger failures; {cov.baseline} baseline cells)",
         f"- environment conformance: `{s.environment_conformance or 'none required'}`",
+        f"- measures: {', '.join(s.measures) or 'none'}",
+    ]
+    if s.derived_from:
+        lines.append(f"- derived from scorecard `{s.derived_from}` (regraded)")
+    if s.scenario_mismatch_strata:
+        shown = ", ".join(f"`{x}`" for x in s.scenario_mismatch_strata)
+        lines.append(f"- scenario mismatch (never compared): {shown}")
+    lines += [
         "",
-        "| stratum | completion | duplicate effects | cells without duplicates "
-        "| extra tool calls (mean) | wall-time ratio (median) |",
-        "|---|---|---|---|---|---|",
+        "| stratum | completion (pre-trigger failures) | duplicate effects / exposed cells "
+        "| exposed cells without duplicates | extra tool calls (mean) | pairs "
+        "| wall-time ratio (median) |",
+        "|---|---|---|---|---|---|---|",
         _row("**all**", s.overall),
     ]
     lines += [_row(k, m) for k, m in sorted(s.strata.items())]

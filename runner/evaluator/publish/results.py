@@ -2,7 +2,8 @@
 
 RUN_DIR/results/<subject>/ holds proof.json and either terminal-records.jsonl, scorecard.json,
 scorecard.md and cell-scores.jsonl (eligible) or incomplete-evidence.json, incomplete-evidence.md
-and cell-history.jsonl (not). The results
+and cell-history.jsonl (not); the .md files only when [publication].outputs lists markdown. The
+results
 are derived: `evaluate` replaces them whole, so a stale scorecard never survives an ineligible
 re-evaluation, and `verify` re-derives them byte for byte.
 """
@@ -12,19 +13,15 @@ from __future__ import annotations
 import gc
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.evaluator.core.canonical import (
-    canonical_bytes,
-    fast_canonical_bytes,
-    parse_json,
-    sha256_digest,
-)
+from runner.evaluator.core.canonical import canonical_bytes, fast_canonical_bytes, sha256_digest
 from runner.evaluator.core.errors import EvidenceError
 from runner.evaluator.evidence.journal import BLOBS, JOURNALS, EvidenceStore
+from runner.evaluator.evidence.loading import LoadedEvidence
 from runner.evaluator.evidence.records import QuarantinedTail
 from runner.evaluator.protocol.runfile import (
     PROTOCOL_FILE,
@@ -35,21 +32,17 @@ from runner.evaluator.protocol.runfile import (
 from runner.evaluator.verdict.eligibility import (
     NO_ENVIRONMENT,
     EnvironmentCheck,
-    LoadedEvidence,
     SubjectEvaluation,
     evaluate_run,
 )
 
-from .compare import build, comparison_md, gate
-from .publication import (
+from .build import build_scorecard, incomplete_report
+from .compare import build, comparison_md, gate, needs_conformance
+from .models import (
     CELL_HISTORY_FILE,
     CELL_SCORES_FILE,
-    REPORT_SCHEMA,
-    SCORECARD_SCHEMA,
     IncompleteEvidenceReport,
     PublishableScorecard,
-    build_scorecard,
-    incomplete_report,
 )
 from .render import report_md, scorecard_md
 
@@ -112,8 +105,18 @@ def render_results(
     evaluations: dict[str, SubjectEvaluation],
     artifacts: list[str],
     env: EnvironmentCheck = NO_ENVIRONMENT,
+    derived_from: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, SubjectResult], dict[str, bytes]]:
-    """Publication of decided subjects: per-subject results and the files (path -> bytes)."""
+    """Publication of decided subjects: per-subject results and the files (path -> bytes).
+
+    The protocol's policy decides what is written: [scoring].measures the measures a scorecard
+    carries, [comparison] the rules each scorecard carries and the in-run comparison applies,
+    [publication].outputs the formats (JSON always: the gate, the registry and verify read it;
+    Markdown only when listed). `derived_from` (subject -> old scorecard hash) is set by a
+    regrade only.
+    """
+    spec = rp.spec()
+    markdown = "markdown" in spec.publication.outputs
     out: dict[str, SubjectResult] = {}
     files: dict[str, bytes] = {}
     for subject, ev in sorted(evaluations.items()):
@@ -123,25 +126,36 @@ def render_results(
             # Terminal records of an ineligible subject are not written: they carry its subject
             # outcomes. The proof commits to them by hash; the journals keep the raw evidence.
             files[base + "terminal-records.jsonl"] = ev.terminal_jsonl
-            card, cell_scores = build_scorecard(ev, rp.slots)
+            card, cell_scores = build_scorecard(
+                ev,
+                rp.slots,
+                spec.scoring.measures,
+                spec.comparison,
+                (derived_from or {}).get(subject),
+            )
             files[base + CELL_SCORES_FILE] = cell_scores
             files[base + "scorecard.json"] = _json(card)
-            files[base + "scorecard.md"] = scorecard_md(card).encode()
+            if markdown:
+                files[base + "scorecard.md"] = scorecard_md(card).encode()
             out[subject] = SubjectResult(ev, card, None)
         else:
             rep, history = incomplete_report(ev, artifacts)
             files[base + CELL_HISTORY_FILE] = history
             files[base + "incomplete-evidence.json"] = _json(rep)
-            files[base + "incomplete-evidence.md"] = report_md(rep).encode()
+            if markdown:
+                files[base + "incomplete-evidence.md"] = report_md(rep).encode()
             out[subject] = SubjectResult(ev, None, rep)
     if env.proof is not None:
         files[f"{RESULTS}/environment-conformance.json"] = canonical_bytes(env.proof) + b"\n"
     cards = [r.scorecard for r in out.values() if r.scorecard is not None]
     if len(cards) >= 2 and not gate(cards):
-        # Subjects of one run share one environment record: its conformance proof is theirs.
-        comparison = build(cards, cards[0].environment_conformance)
+        # Subjects of one run share one environment record: its conformance proof is theirs,
+        # named only when the rules require conformance.
+        env_proof = cards[0].environment_conformance if needs_conformance(cards) else None
+        comparison = build(cards, env_proof)
         files[f"{RESULTS}/comparison.json"] = _json(comparison)
-        files[f"{RESULTS}/comparison.md"] = comparison_md(comparison).encode()
+        if markdown:
+            files[f"{RESULTS}/comparison.md"] = comparison_md(comparison).encode()
     return out, files
 
 
@@ -214,25 +228,3 @@ def _quarantined(store: EvidenceStore) -> set[tuple[str, str]]:
         for _, e in store.entries()
         if isinstance(e.record, QuarantinedTail)
     }
-
-
-def load_result(path: Path) -> PublishableScorecard | IncompleteEvidenceReport:
-    """Read a written result file; only a valid scorecard parses as one."""
-    try:
-        doc = parse_json(path.read_bytes())
-    except (OSError, ValueError) as exc:
-        raise EvidenceError(f"{path}: cannot read result: {exc}") from exc
-    kinds = {"publishable_scorecard": SCORECARD_SCHEMA, "incomplete_evidence": REPORT_SCHEMA}
-    kind = doc.get("kind") if isinstance(doc, dict) else None
-    if kind not in kinds:
-        raise EvidenceError(f"{path}: neither a scorecard nor an incomplete-evidence report")
-    schema = kinds[kind]
-    if doc.get("schema") != schema:
-        # An older evaluator's result: its shape (and its hashes' rules) are not this one's.
-        raise EvidenceError(
-            f"{path}: schema {doc.get('schema')!r} is not {schema!r}, the one this evaluator "
-            "reads; results of different evaluators cannot be loaded or compared together"
-        )
-    if kind == "publishable_scorecard":
-        return PublishableScorecard.model_validate(doc)
-    return IncompleteEvidenceReport.model_validate(doc)

@@ -1,58 +1,63 @@
 """The validator: evidence + frozen protocol -> one EligibilityProof per subject.
 
-The first gate is complete witnessed coverage (the policy's floor, 100% by default) overall and in
-every stratum. Every reason a subject is ineligible is a reason code in the proof; a proof with
-any reason code is `ineligible`, and only an eligible proof can construct a scorecard.
+The first gate is complete accounting: every registered cell, overall and in every stratum, has
+a final subject outcome (COMPLETED, FAILED, SUBJECT_PRE_TRIGGER_FAILURE or SCENARIO_MISMATCH).
+Every reason a subject is ineligible is a reason code in the proof; a proof with any reason code
+is `ineligible`, and only an eligible proof can construct a scorecard. Fault coverage is
+reported as the RFC defines it, witnessed faulted cells over scheduled faulted cells, with the
+baseline cells apart. A SCENARIO_MISMATCH blocks its stratum's comparison (the proof lists the
+stratum in `scenario_mismatch_strata`), not the subject.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
-from runner.evaluator.core.canonical import (
-    MAX_SAFE_INTEGER,
-    digest,
-    fast_canonical_bytes,
-    fast_digest,
-)
-from runner.evaluator.core.types import Status
-from runner.evaluator.evidence.journal import EvidenceStore
-from runner.evaluator.evidence.records import EnvironmentRecorded
+from runner.evaluator.core.canonical import digest, fast_digest
+from runner.evaluator.core.types import Frozen, Status
+from runner.evaluator.evidence.hashing import jsonl_hash, terminal_line
+from runner.evaluator.evidence.loading import LoadedEvidence
 from runner.evaluator.protocol.faultkinds import NO_FAULT
 from runner.evaluator.protocol.matrix import Slot, stratum_key
 from runner.evaluator.protocol.runfile import RunProtocol, consistency_problems
 
-from .outcomes import Positioned, TerminalRecord, group_attempts, terminal_record
+from . import reasons as R
+from .outcomes import TerminalRecord
+from .terminals import TerminalSpill
 
-PROOF_SCHEMA = "afb.proof/2"
-VALID = frozenset({Status.COMPLETED, Status.FAILED, Status.SUBJECT_PRE_TRIGGER_FAILURE})
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+PROOF_SCHEMA = "afb.proof/3"
+# Final subject outcomes: a cell with one of these is accounted for.
+DECIDED = frozenset(
+    {Status.COMPLETED, Status.FAILED, Status.SUBJECT_PRE_TRIGGER_FAILURE, Status.SCENARIO_MISMATCH}
+)
+# A faulted cell with one of these had its fault witnessed (attempt_status checks the witness
+# before it grades a faulted cell).
+WITNESSED = frozenset({Status.COMPLETED, Status.FAILED})
 
 
 class StratumCoverage(Frozen):
-    registered: int
-    witnessed: int  # cells whose terminal record is a valid subject outcome
+    registered: int  # every registered cell
+    decided: int  # cells with a final subject outcome (the gate: all of them)
+    baseline: int  # registered baseline cells (fault kind none), reported apart
+    scheduled: int  # registered faulted cells: the scheduled faults
+    witnessed: int  # faulted cells whose fault was witnessed
+    pre_trigger_failures: int  # faulted cells whose subject failed before the trigger
 
 
-class Coverage(Frozen):
-    registered: int
-    witnessed: int
-    floor_percent: int
+class Coverage(StratumCoverage):
+    """Fault coverage is `witnessed / scheduled`; the integers are authoritative."""
+
     strata: dict[str, StratumCoverage]
 
 
 class EligibilityProof(Frozen):
-    schema_version: Literal["afb.proof/2"] = Field(default="afb.proof/2", alias="schema")
+    schema_version: Literal["afb.proof/3"] = Field(default="afb.proof/3", alias="schema")
     subject_id: str
     subject_config_hash: str
     protocol_id: str
@@ -69,6 +74,7 @@ class EligibilityProof(Frozen):
     execution_environment_hash: str | None
     coverage: Coverage
     not_comparable_strata: list[str]
+    scenario_mismatch_strata: list[str]
     decision: Literal["eligible", "ineligible"]
     reason_codes: list[str]
     proof_hash: str
@@ -87,94 +93,9 @@ def seal_proof(fields: dict[str, Any]) -> EligibilityProof:
     return unsealed.model_copy(update={"proof_hash": digest(unsealed.body())})
 
 
-# ------------------------------------------------------------------------------ evidence root
-
-
 def _cell_id(slot_id: str, subject_hash: str) -> str:
     """`matrix.cell_id`, through the fast encoder (same bytes, same digest)."""
     return fast_digest({"slot": slot_id, "subject": subject_hash})
-
-
-def evidence_root(leaves: Iterable[str]) -> str:
-    """Order-independent root: SHA-256 over the sorted leaf digests, one per line."""
-    h = hashlib.sha256(b"afb.evidence-root/1\n")
-    for leaf in sorted(leaves):
-        h.update(leaf.encode() + b"\n")
-    return "sha256:" + h.hexdigest()
-
-
-def leaf(at_ns: str, record: dict[str, Any]) -> str:
-    """Each record with its own timestamp; seq and prev are positions, left out on purpose.
-
-    Reading a journal computes the same digest from the line's bytes (`journal.line_leaf`).
-    """
-    return fast_digest({"at_ns": at_ns, "record": record})
-
-
-def terminal_line(record: TerminalRecord) -> bytes:
-    """RFC 8785 bytes of a terminal record's JSON form (`canonical_bytes(r.model_dump(...))`).
-
-    TerminalRecord and AttemptVerdict declare their fields in sorted order and hold only
-    strings, booleans, nulls, enums, lists of strings and integers, so pydantic's compact JSON
-    writes the canonical bytes: members in order, the same string escapes as RFC 8785 (only
-    `"`, `\\` and controls below 0x20; everything else literally, as UTF-8), integers as decimal
-    digits once each is known to be within +-(2^53-1). Anything else takes the checked path.
-    """
-    ints = (record.intended_effects, record.committed_effects, record.tool_calls)
-    if all(v is None or -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER for v in ints) and all(
-        -MAX_SAFE_INTEGER <= a.attempt <= MAX_SAFE_INTEGER for a in record.attempts
-    ):
-        try:
-            return record.__pydantic_serializer__.to_json(record)
-        except ValueError:  # e.g. a lone surrogate: the checked path names it
-            pass
-    return fast_canonical_bytes(record.model_dump(mode="json"))
-
-
-TERMINAL_RECORDS_DOMAIN = b"afb.terminal-records/2\n"
-
-
-def terminal_records_hash(records: Iterable[TerminalRecord]) -> str:
-    """SHA-256 over the domain tag and the records' canonical lines in cell-id order, each
-    ended by a newline: a subject's terminal-records.jsonl, hashed. Independent of the order the
-    records are given in (a subject's cell ids are unique), and computable as a stream when they
-    arrive in cell-id order, as `decide_subject` receives them."""
-    return jsonl_hash(b"".join(terminal_line(r) + b"\n" for r in sorted(records, key=_by_cell)))
-
-
-def _by_cell(record: TerminalRecord) -> str:
-    return record.cell_id
-
-
-def jsonl_hash(jsonl: bytes) -> str:
-    """`terminal_records_hash` of records given as their terminal-records.jsonl bytes."""
-    h = hashlib.sha256(TERMINAL_RECORDS_DOMAIN)
-    h.update(jsonl)  # not concatenated: no second copy of a large subject's records
-    return "sha256:" + h.hexdigest()
-
-
-# ------------------------------------------------------------------------------------ loading
-
-
-class LoadedEvidence:
-    """A run's evidence, read once: positioned records and their evidence root."""
-
-    def __init__(self, entries: list[Positioned], root: str, env: list[EnvironmentRecorded]):
-        self.entries = entries
-        self.evidence_root_hash = root
-        self.environment = env
-
-    @classmethod
-    def from_store(cls, store: EvidenceStore) -> LoadedEvidence:
-        entries: list[Positioned] = []
-        leaves: list[str] = []
-        env: list[EnvironmentRecorded] = []
-        for journal, entry in store.entries():
-            entries.append((journal, entry.seq, entry.record))
-            leaves.append(entry.leaf)
-            if isinstance(entry.record, EnvironmentRecorded):
-                env.append(entry.record)
-        return cls(entries, evidence_root(leaves), env)
 
 
 # ---------------------------------------------------------------------------------- validating
@@ -220,62 +141,52 @@ def evaluate_run(
     evidence: LoadedEvidence,
     current_evaluator_digest: str,
     environment_check: EnvironmentCheck = NO_ENVIRONMENT,
+    regrading: bool = False,
 ) -> dict[str, SubjectEvaluation]:
-    """Decide every subject of the run. Deterministic in the evidence's content."""
-    spec = rp.spec()
+    """Decide every subject of the run. Deterministic in the evidence's content.
+
+    `regrading` (publish/regrade.py only) judges evidence recorded under another evaluator: the
+    evaluator mismatch is then no reason (the proof names both digests), and neither is a policy
+    hash that binds the recording evaluator's schema versions, which the caller has checked.
+    """
     ids = rp.identities
     run_reasons: list[str] = []
     problems = consistency_problems(rp)
+    if regrading:
+        problems = [p for p in problems if not p.startswith("policy_hash")]
     if problems:
-        run_reasons.append("protocol_inconsistent")
+        run_reasons.append(R.PROTOCOL_INCONSISTENT)
+    # A draft never mints a scorecard: the policy has no setting that could allow it.
     frozen = rp.freeze_record is not None and rp.freeze_record.protocol_hash == ids.protocol_hash
-    if spec.eligibility.require_frozen and not frozen:
-        run_reasons.append("protocol_draft")
-    if current_evaluator_digest != ids.evaluator_digest:
-        run_reasons.append("evaluator_mismatch")
+    if not frozen:
+        run_reasons.append(R.PROTOCOL_DRAFT)
+    if current_evaluator_digest != ids.evaluator_digest and not regrading:
+        run_reasons.append(R.EVALUATOR_MISMATCH)
     slot_counts = Counter(s.slot_id for s in rp.slots)
     if any(n > 1 for n in slot_counts.values()):
-        run_reasons.append("duplicate_cell")
+        run_reasons.append(R.DUPLICATE_CELL)
     env_proof, env_hash, env_reasons, _ = environment_check
     run_reasons += env_reasons
 
-    grouped = group_attempts(evidence.entries)
     registered: dict[str, tuple[str, Slot]] = {}
     for subject_id, shash in sorted(ids.subject_config_hashes.items()):
         for slot in rp.slots:
             registered[_cell_id(slot.slot_id, shash)] = (subject_id, slot)
-    if any(c not in registered for c in grouped):
-        run_reasons.append("unregistered_cell")
-    # One sort for every subject; each subject's cells keep cell-id order.
-    by_subject: dict[str, list[tuple[str, Slot]]] = defaultdict(list)
-    for cid, (sid, slot) in sorted(registered.items()):
-        by_subject[sid].append((cid, slot))
+    cells = sorted(registered.items())  # one sort for every subject: cell-id order
     del registered
 
-    contracts = rp.contract_map()
-
-    def terminals(subject_id: str) -> Iterator[TerminalRecord]:
-        # One cell at a time: only its line outlives it.
-        for cid, slot in by_subject.pop(subject_id, []):
-            yield terminal_record(
-                cid,
-                slot.slot_id,
-                subject_id,
-                slot.stratum,
-                slot.schedule.kind,
-                slot.schedule.parameters,
-                grouped.pop(cid, None),
-                spec.attempts,
-                contracts.get(slot.schedule.kind),
-                spec.scoring.scorer_version,
-            )
-
+    # Streams the evidence one cell at a time; its root and any unregistered cell are known
+    # only at the end, so the terminal records wait in a spill file (see verdict/terminals.py).
     out: dict[str, SubjectEvaluation] = {}
-    for subject_id, shash in sorted(ids.subject_config_hashes.items()):
-        out[subject_id] = decide_subject(
-            rp, subject_id, shash, terminals(subject_id), run_reasons,
-            evidence.evidence_root_hash, frozen, current_evaluator_digest, env_proof, env_hash,
-        )  # fmt: skip
+    with TerminalSpill.derive(rp, evidence, cells) as spill:
+        if spill.unregistered:
+            run_reasons.append(R.UNREGISTERED_CELL)
+        for subject_id, shash in sorted(ids.subject_config_hashes.items()):
+            out[subject_id] = decide_subject(
+                rp, subject_id, shash, spill.records(subject_id), run_reasons,
+                evidence.evidence_root_hash, frozen, current_evaluator_digest, env_proof,
+                env_hash,
+            )  # fmt: skip
     return out
 
 
@@ -296,8 +207,9 @@ def decide_subject(
     spec = rp.spec()
     ids = rp.identities
     reasons = set(run_reasons)
-    floor = spec.eligibility.witnessed_coverage_floor_percent
-    strata: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    # per stratum: registered, decided, baseline, scheduled, witnessed, pre-trigger failures
+    strata: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
+    mismatched: set[str] = set()
     invalid_attempts: dict[str, int] = defaultdict(int)
     buf = bytearray()
     previous = ""
@@ -312,14 +224,20 @@ def decide_subject(
         buf += b"\n"
         counts = strata[t.stratum]
         counts[0] += 1
-        if t.status in VALID:
-            counts[1] += 1
-        elif t.status is None:
-            reasons.add("missing_cells")
+        if t.kind == NO_FAULT:
+            counts[2] += 1
         else:
-            reasons.add(t.status.value.lower())
+            counts[3] += 1
+            counts[4] += t.status in WITNESSED
+            counts[5] += t.status is Status.SUBJECT_PRE_TRIGGER_FAILURE
+        if t.status in DECIDED:
+            counts[1] += 1
             if t.status is Status.SCENARIO_MISMATCH:
-                reasons.add(f"scenario_mismatch_stratum:{t.stratum}")
+                mismatched.add(t.stratum)
+        elif t.status is None:
+            reasons.add(R.MISSING_CELLS)
+        else:
+            reasons.add(R.STATUS_REASON[t.status])
             last = t.attempts[-1].reasons if t.attempts else []
             reasons.update(last)
         reasons.update(t.reasons)
@@ -331,23 +249,20 @@ def decide_subject(
         if n >= spec.eligibility.not_comparable_after_invalid_attempts
     )
     for s in not_comparable:
-        reasons.add(f"not_comparable:{s}")
+        reasons.add(R.qualified(R.NOT_COMPARABLE, s))
     # Every stratum the spec's task buckets and fault kinds imply must be present.
     expected = _expected_strata(rp)
     for s in sorted(expected - set(strata)):
-        reasons.add(f"missing_stratum:{s}")
-    registered = sum(v[0] for v in strata.values())
-    witnessed = sum(v[1] for v in strata.values())
-    if registered == 0 or witnessed * 100 < floor * registered:
-        reasons.add("coverage_below_floor")
-    for s, (reg, wit) in sorted(strata.items()):
-        if wit * 100 < floor * reg:
-            reasons.add(f"stratum_below_floor:{s}")
+        reasons.add(R.qualified(R.MISSING_STRATUM, s))
+    total = [sum(v[i] for v in strata.values()) for i in range(6)]
+    # The floor is 100%: every registered cell has a final subject outcome.
+    if total[0] == 0 or total[1] < total[0]:
+        reasons.add(R.COVERAGE_BELOW_FLOOR)
+    for s, counts in sorted(strata.items()):
+        if counts[1] < counts[0]:
+            reasons.add(R.qualified(R.STRATUM_BELOW_FLOOR, s))
     coverage = Coverage(
-        registered=registered,
-        witnessed=witnessed,
-        floor_percent=floor,
-        strata={s: StratumCoverage(registered=r, witnessed=w) for s, (r, w) in strata.items()},
+        **_coverage(total), strata={s: StratumCoverage(**_coverage(c)) for s, c in strata.items()}
     )
     jsonl = bytes(buf)
     del buf
@@ -369,11 +284,17 @@ def decide_subject(
             "execution_environment_hash": env_hash,
             "coverage": coverage,
             "not_comparable_strata": not_comparable,
+            "scenario_mismatch_strata": sorted(mismatched),
             "decision": "ineligible" if reasons else "eligible",
             "reason_codes": sorted(reasons),
         }
     )
     return SubjectEvaluation(proof=proof, terminal_jsonl=jsonl)
+
+
+def _coverage(c: list[int]) -> dict[str, int]:
+    names = ("registered", "decided", "baseline", "scheduled", "witnessed", "pre_trigger_failures")
+    return dict(zip(names, c, strict=True))
 
 
 def _expected_strata(rp: RunProtocol) -> set[str]:

@@ -12,9 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
-from runner.evaluator.core.types import Status
+from runner.evaluator.core.types import Frozen, Status
+from runner.evaluator.evidence.loading import Positioned
 from runner.evaluator.evidence.records import (
     ActuatorReceipt,
     AttemptEnded,
@@ -22,7 +21,6 @@ from runner.evaluator.evidence.records import (
     GraderResult,
     HarnessError,
     LifecycleTransition,
-    Record,
     ToolCallCount,
     TriggerReached,
     WitnessObservation,
@@ -30,6 +28,8 @@ from runner.evaluator.evidence.records import (
 from runner.evaluator.protocol.faultkinds import NO_FAULT, FaultKind
 from runner.evaluator.protocol.spec import AttemptPolicy
 from runner.evaluator.protocol.witness import WitnessContract, evaluate_witness
+
+from . import reasons as R
 
 SUBJECT_OUTCOMES = frozenset(
     {
@@ -42,25 +42,21 @@ SUBJECT_OUTCOMES = frozenset(
 
 
 # Both models declare their fields in RFC 8785 member order (sorted keys), so pydantic's own
-# compact JSON is their canonical line (eligibility.terminal_line; a test holds this).
+# compact JSON is their canonical line (hashing.terminal_line; a test holds this).
 
 
-class AttemptVerdict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class AttemptVerdict(Frozen):
     attempt: int
     reasons: list[str]  # sorted reason codes behind the status
     status: Status
 
 
-class TerminalRecord(BaseModel):
+class TerminalRecord(Frozen):
     """A cell's final status; `status` is None only for a registered cell with no attempt.
 
     `completed` .. `wall_ns` are facts for scoring from the terminal attempt (None when there is
     none).
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     attempts: list[AttemptVerdict]
     cell_id: str
@@ -91,9 +87,6 @@ class _Attempt:
     errors: list[HarnessError] = field(default_factory=list)
 
 
-Positioned = tuple[str, int, Record]  # (journal name, seq, record)
-
-
 def group_attempts(entries: Iterable[Positioned]) -> dict[str, dict[int, _Attempt]]:
     cells: dict[str, dict[int, _Attempt]] = defaultdict(lambda: defaultdict(_Attempt))
     for journal, seq, rec in entries:
@@ -122,10 +115,10 @@ def group_attempts(entries: Iterable[Positioned]) -> dict[str, dict[int, _Attemp
     return cells
 
 
-def _one(items: list[Any], name: str, reasons: list[str]) -> Any:
+def _one(items: list[Any], contradictory: str, reasons: list[str]) -> Any:
     # Two different records of one kind for one attempt contradict each other.
     if len(items) > 1 and len({i.model_dump_json() for i in items}) > 1:
-        reasons.append(f"contradictory_{name}")
+        reasons.append(contradictory)
         return None
     return items[0] if items else None
 
@@ -136,30 +129,30 @@ def _witness(
     """Reason codes why the injection is not witnessed; empty when it is."""
     reasons: list[str] = []
     if contract is None:
-        return ["no_witness_contract"]
-    receipt = _one(a.receipts, "actuator_receipts", reasons)
+        return [R.NO_WITNESS_CONTRACT]
+    receipt = _one(a.receipts, R.CONTRADICTORY_ACTUATOR_RECEIPTS, reasons)
     if receipt is None:
-        reasons.append("missing_actuator_receipt")
+        reasons.append(R.MISSING_ACTUATOR_RECEIPT)
     elif not receipt.applied:
-        reasons.append("actuator_not_applied")
+        reasons.append(R.ACTUATOR_NOT_APPLIED)
     by_name: dict[str, dict[str, Any]] = {}
     for o in sorted(a.observations, key=lambda o: o.model_dump_json()):
         if o.kind != kind:
-            reasons.append("observation_of_other_kind")
+            reasons.append(R.OBSERVATION_OF_OTHER_KIND)
         if o.name in by_name and by_name[o.name] != o.observation:
-            reasons.append(f"contradictory_observation:{o.name}")
+            reasons.append(R.qualified(R.CONTRADICTORY_OBSERVATION, o.name))
         by_name[o.name] = o.observation
     verdict = evaluate_witness(contract, by_name, params)
-    reasons += [f"witness:{v}" for v in verdict.violations]
+    reasons += [R.qualified(R.WITNESS, v) for v in verdict.violations]
     states = {state: (j, seq) for j, seq, state in sorted(a.lifecycle)}
     for needed in ("injected", "witnessed"):
         if needed not in states:
-            reasons.append(f"missing_lifecycle:{needed}")
+            reasons.append(R.qualified(R.MISSING_LIFECYCLE, needed))
     if "witnessed" in states:
         w = states["witnessed"]
         for later in ("recovered", "released"):
             if later in states and states[later][0] == w[0] and states[later][1] < w[1]:
-                reasons.append("recovery_before_witness")
+                reasons.append(R.RECOVERY_BEFORE_WITNESS)
     return sorted(set(reasons))
 
 
@@ -171,38 +164,38 @@ def attempt_status(
     scorer_version: str,
 ) -> tuple[Status, list[str]]:
     reasons: list[str] = []
-    ended = _one(a.ended, "attempt_ended", reasons)
+    ended = _one(a.ended, R.CONTRADICTORY_ATTEMPT_ENDED, reasons)
     if reasons:
         return Status.HARNESS_INVALID, reasons
     if not a.started:
-        return Status.HARNESS_INVALID, ["attempt_not_started"]
+        return Status.HARNESS_INVALID, [R.ATTEMPT_NOT_STARTED]
     if ended is None:
-        return Status.HARNESS_INVALID, ["attempt_not_ended"]
+        return Status.HARNESS_INVALID, [R.ATTEMPT_NOT_ENDED]
     if a.errors or ended.outcome == "harness_error":
-        return Status.HARNESS_INVALID, sorted({"harness_error"} | {e.stage for e in a.errors})
-    grade = _one(a.grades, "grader_results", reasons)
+        return Status.HARNESS_INVALID, sorted({R.HARNESS_ERROR} | {e.stage for e in a.errors})
+    grade = _one(a.grades, R.CONTRADICTORY_GRADER_RESULTS, reasons)
     if reasons:
         return Status.HARNESS_INVALID, reasons
     if kind != NO_FAULT:
         if not a.triggers:
             if ended.trigger_reached:
-                return Status.INVALID_INJECTION, ["trigger_record_missing"]
+                return Status.INVALID_INJECTION, [R.TRIGGER_RECORD_MISSING]
             if a.receipts or a.observations:
-                return Status.INVALID_INJECTION, ["injection_without_trigger"]
+                return Status.INVALID_INJECTION, [R.INJECTION_WITHOUT_TRIGGER]
             if grade is not None and grade.completed:
-                return Status.SCENARIO_MISMATCH, ["completed_without_reaching_trigger"]
-            return Status.SUBJECT_PRE_TRIGGER_FAILURE, ["failed_before_trigger"]
+                return Status.SCENARIO_MISMATCH, [R.COMPLETED_WITHOUT_REACHING_TRIGGER]
+            return Status.SUBJECT_PRE_TRIGGER_FAILURE, [R.FAILED_BEFORE_TRIGGER]
         if len(a.triggers) > 1:
-            return Status.INVALID_INJECTION, ["trigger_fired_more_than_once"]
+            return Status.INVALID_INJECTION, [R.TRIGGER_FIRED_MORE_THAN_ONCE]
         why = _witness(a, kind, params, contract)
         if why:
             return Status.INVALID_INJECTION, why
     if grade is None:
-        return Status.HARNESS_INVALID, ["missing_grader_result"]
+        return Status.HARNESS_INVALID, [R.MISSING_GRADER_RESULT]
     if not grade.shape_ok:
-        return Status.HARNESS_INVALID, ["shape_check_failed", *sorted(grade.shape_failures)]
+        return Status.HARNESS_INVALID, [R.SHAPE_CHECK_FAILED, *sorted(grade.shape_failures)]
     if grade.scorer_version != scorer_version:
-        return Status.HARNESS_INVALID, ["scorer_version_mismatch"]
+        return Status.HARNESS_INVALID, [R.SCORER_VERSION_MISMATCH]
     return (Status.COMPLETED if grade.completed else Status.FAILED), []
 
 
@@ -226,33 +219,33 @@ def terminal_record(
         "kind": kind,
     }
     if not attempts:
-        return TerminalRecord(**base, status=None, attempts=[], reasons=["no_attempt"])
+        return TerminalRecord(**base, status=None, attempts=[], reasons=[R.NO_ATTEMPT])
     reasons: list[str] = []
     numbers = sorted(attempts)
     if numbers != list(range(1, len(numbers) + 1)):
-        reasons.append("attempt_sequence_gap")
+        reasons.append(R.ATTEMPT_SEQUENCE_GAP)
     if len(numbers) > policy.cap:
-        reasons.append("attempt_cap_exceeded")
+        reasons.append(R.ATTEMPT_CAP_EXCEEDED)
     verdicts: list[AttemptVerdict] = []
     terminal: tuple[int, Status] | None = None
     for n in numbers:
         a = attempts[n]
         for s in a.started:
             if s.cell_id != cell_id or s.kind != kind or s.slot_id != slot_id:
-                reasons.append("attempt_schedule_mismatch")
+                reasons.append(R.ATTEMPT_SCHEDULE_MISMATCH)
         status, why = attempt_status(a, kind, params, contract, scorer_version)
         verdicts.append(AttemptVerdict(attempt=n, status=status, reasons=why))
         if terminal is not None:
             prev = terminal[1]
             reasons.append(
-                "attempt_after_final_outcome" if prev in SUBJECT_OUTCOMES else "unauthorized_retry"
+                R.ATTEMPT_AFTER_FINAL_OUTCOME if prev in SUBJECT_OUTCOMES else R.UNAUTHORIZED_RETRY
             )
         final = status in SUBJECT_OUTCOMES or status not in policy.retry_on or n >= policy.cap
         if final and terminal is None:  # the first final attempt stays terminal; later ones flag
             terminal = (n, status)
     if terminal is None:  # every attempt was retryable and the cap was not reached: unfinished
         terminal = (numbers[-1], verdicts[-1].status)
-        reasons.append("retries_unfinished")
+        reasons.append(R.RETRIES_UNFINISHED)
     n, status = terminal
     a = attempts[n]
     grade = a.grades[0] if len(a.grades) == 1 else None

@@ -14,11 +14,13 @@ is root-only and the subject runs as `nobody`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from runner.evaluator.protocol.faultkinds import FaultKind
+from runner.runtime.sandbox.base import Sandbox
 
 # Environment variables every subject receives.
 SUBJECT_ENV = (
@@ -51,7 +53,7 @@ class ReadLedger(Protocol):
 
 
 class FreshSandbox(Protocol):
-    def __call__(self) -> Any:
+    def __call__(self) -> AbstractContextManager[Sandbox]:
         """A context manager yielding a new sandbox (same image, no network) for grading."""
 
 

@@ -21,7 +21,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, cast
+from typing import Any, Literal
 from urllib.parse import quote
 
 from runner.evaluator.core.inputs import project_root
@@ -52,19 +52,16 @@ from runner.runtime.attempt.subject import SubjectRegistry, prepare_state_dir
 from runner.runtime.attempt.triggers import TriggerEngine
 from runner.runtime.faults.base import FaultPlugin, check_against_contract
 from runner.runtime.faults.registry import build_plugin
-from runner.runtime.host import naming
+from runner.runtime.host import naming, paths
 from runner.runtime.host.netns import AttemptNetwork
 from runner.runtime.host.nft import PartitionTable
 from runner.runtime.host.podman_service import PodmanService
 from runner.runtime.host.procs import ExitStatus, Reaper, SubjectLauncher
-from runner.runtime.host.sweep import (  # one definition: sweep removes them
-    PODMAN_ROOT,
-    SUBJECT_ROOT,
-)
 from runner.runtime.interposers.destination import DestinationService
 from runner.runtime.interposers.proxy import EgressProxy
-from runner.runtime.interposers.tools import ToolInterposer, ToolSandbox
-from runner.runtime.sandbox.podman import PodmanSandbox, SandboxSpec
+from runner.runtime.interposers.tools import ToolInterposer
+from runner.runtime.sandbox.base import Sandbox, SandboxSpec
+from runner.runtime.sandbox.podman import PodmanSandbox
 
 LEDGER_SHAPE = ShapeCheck(
     status=200,
@@ -106,7 +103,7 @@ class RunServices:
     ) -> None:
         self.run_id = naming.check_run_id(run_id)
         self.run_dir = Path(run_dir).resolve()  # the podman socket URL must be absolute
-        self.subject_root = subject_root or SUBJECT_ROOT / run_id
+        self.subject_root = subject_root or paths.SUBJECT_ROOT / run_id
         self.keep_subject_dirs = keep_subject_dirs
         self.witnesses_dir = witnesses_dir or project_root() / "witnesses"
         self._stack = ExitStack()
@@ -125,7 +122,7 @@ class RunServices:
             self._stack.enter_context(naming.hold_run(self.run_id))
             # The service's socket and log are runtime state, not evidence: outside the run dir.
             self.podman = self._stack.enter_context(
-                PodmanService(self.run_id, PODMAN_ROOT / self.run_id)
+                PodmanService(self.run_id, paths.PODMAN_ROOT / self.run_id)
             )
             self.reaper = self._stack.enter_context(Reaper())
             self.evidence = EvidenceStore(self.run_dir)
@@ -146,7 +143,7 @@ class RunServices:
         try:
             self._stack.close()
         finally:
-            shutil.rmtree(PODMAN_ROOT / self.run_id, ignore_errors=True)
+            shutil.rmtree(paths.PODMAN_ROOT / self.run_id, ignore_errors=True)
             with contextlib.suppress(OSError):  # empty once every ledger is archived
                 (self.run_dir / "destination").rmdir()
             if not self.keep_subject_dirs:
@@ -160,7 +157,7 @@ class AttemptResources:
     plan: AttemptPlan
     net: AttemptNetwork
     table: PartitionTable
-    sandbox: PodmanSandbox
+    sandbox: Sandbox
     destination: DestinationService
     interposer: ToolInterposer
     proxy: EgressProxy
@@ -208,15 +205,15 @@ def make_read_ledger(destination: tuple[str, int], timeout: float = 10.0) -> Rea
 
 def make_fresh_sandbox(
     services: RunServices, image: str, prefix: str
-) -> Callable[[], contextlib.AbstractContextManager[PodmanSandbox]]:
+) -> Callable[[], contextlib.AbstractContextManager[Sandbox]]:
     counter = iter(range(1, 10_000))
 
     @contextlib.contextmanager
-    def fresh_sandbox() -> Iterator[PodmanSandbox]:
+    def fresh_sandbox() -> Iterator[Sandbox]:
         spec = SandboxSpec(
             run_id=services.run_id, name_suffix=f"{prefix}-grade{next(counter)}", image=image
         )
-        sb = PodmanSandbox(services.podman.url, spec)
+        sb: Sandbox = PodmanSandbox(services.podman.url, spec)
         try:
             sb.create()
             sb.start()
@@ -350,7 +347,7 @@ class _Attempt:
         st.callback(table.delete)
         table.create()
         self.stage = "sandbox"
-        sandbox = PodmanSandbox(
+        sandbox: Sandbox = PodmanSandbox(
             s.podman.url, SandboxSpec(run_id=s.run_id, name_suffix=f"a{net.index}", image=p.image)
         )
         st.callback(sandbox.close)
@@ -371,7 +368,7 @@ class _Attempt:
         engine = TriggerEngine(self.journal, cell_id=p.cell_id, attempt=p.attempt)
         self.engine = engine
         host = str(net.host_addr)
-        interposer = ToolInterposer(cast(ToolSandbox, sandbox), sink=engine, host=host)
+        interposer = ToolInterposer(sandbox, sink=engine, host=host)
         st.callback(interposer.stop)
         interposer.start()
         proxy = EgressProxy(dest.address, sink=engine, tool_map=dict(p.proxy_tools), host=host)

@@ -1,6 +1,6 @@
 """sandbox_restart: restart (or recreate) the sandbox container under a live session.
 
-Actuator: `PodmanSandbox.restart()` (`recreate()` when `parameters.mode == "recreate"`), then
+Actuator: `Sandbox.restart()` (`recreate()` when `parameters.mode == "recreate"`), then
 `ToolInterposer.bump_epoch()` so every session of the old sandbox is stale from then on.
 
 Collectors, each reading its own source:
@@ -29,7 +29,7 @@ from runner.runtime.faults.base import (
 )
 from runner.runtime.faults.registry import FaultKindPlugin, SelftestCase, register
 from runner.runtime.interposers.tools import ToolInterposer
-from runner.runtime.sandbox.podman import PodmanSandbox
+from runner.runtime.sandbox.base import Sandbox
 
 BEFORE = WitnessStage.BEFORE_INJECTION
 AFTER = WitnessStage.AFTER_INJECTION
@@ -45,7 +45,7 @@ class SandboxRestartFault(FaultPlugin):
         "interposer_session": Observed("tool_interposer", AFTER_RELEASE),
     }
 
-    def __init__(self, sandbox: PodmanSandbox, interposer: ToolInterposer) -> None:
+    def __init__(self, sandbox: Sandbox, interposer: ToolInterposer) -> None:
         self.sandbox = sandbox
         self.interposer = interposer
         self._old_epoch: int | None = None

@@ -18,11 +18,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.runtime.host import paths
+
 PREFIX = "afb"
 RUN_ID_LEN = 6
 IFNAMSIZ_MAX = 15  # visible chars; the kernel's IFNAMSIZ (16) includes the NUL
 MAX_INDEX = 99999  # keeps veth names within 15 chars
-LOCK_DIR = Path("/run/afb/locks")
 ENV_RUN = "AFB_RUN"  # env marker on every process we launch (sweep finds them by it)
 ENV_ROLE = "AFB_ROLE"
 
@@ -123,13 +124,13 @@ def matches_filter(run_id: str, prefix_filter: str | None) -> bool:
 
 
 def _lock_path(run_id: str) -> Path:
-    return LOCK_DIR / f"{check_run_id(run_id)}.lock"
+    return paths.LOCK_DIR / f"{check_run_id(run_id)}.lock"
 
 
 @contextlib.contextmanager
 def hold_run(run_id: str) -> Iterator[None]:
     """Mark a run as live for its duration (flock); sweep leaves live runs alone."""
-    LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    paths.LOCK_DIR.mkdir(parents=True, exist_ok=True)
     path = _lock_path(run_id)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:

@@ -13,19 +13,16 @@ import fcntl
 import ipaddress
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from types import TracebackType
 
 from pyroute2 import IPRoute, NetNS
 from pyroute2 import netns as pr_netns
 
-from runner.runtime.host import naming
+from runner.runtime.host import naming, paths
 
 BENCH_NET = ipaddress.IPv4Network("198.18.0.0/15")  # RFC 2544 benchmarking range
 SUBNET_PREFIX = 30
 MAX_SUBNETS = BENCH_NET.num_addresses >> (32 - SUBNET_PREFIX)
-NETNS_DIR = Path("/var/run/netns")
-_ALLOC_LOCK = naming.LOCK_DIR / "netns-alloc.lock"
 # addr_gen_mode=none: no IPv6 link-local on our veths, so their only addresses are from BENCH_NET.
 _NO_IPV6_LL = {
     "IFLA_AF_SPEC": {"attrs": [("AF_INET6", {"attrs": [("IFLA_INET6_ADDR_GEN_MODE", 1)]})]}
@@ -55,8 +52,8 @@ def _bench_addrs_in_use() -> set[ipaddress.IPv4Address]:
 
 @contextlib.contextmanager
 def _alloc_lock() -> Iterator[None]:
-    _ALLOC_LOCK.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(_ALLOC_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    paths.NETNS_ALLOC_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(paths.NETNS_ALLOC_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

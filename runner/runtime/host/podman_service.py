@@ -21,14 +21,9 @@ import tomllib
 from pathlib import Path
 from types import TracebackType
 
-from runner.runtime.host import naming
+from runner.runtime.host import naming, paths
 
 SERVICE_ROLE = "podman-service"
-_CONF_FILES = (
-    Path("/usr/share/containers/containers.conf"),
-    Path("/etc/containers/containers.conf"),
-)
-_CONF_DIR = Path("/etc/containers/containers.conf.d")
 _REQUIRED_ULIMITS = ("nofile", "nproc")
 
 
@@ -146,9 +141,9 @@ class PodmanService:
 def _merged_containers_conf() -> dict[str, dict[str, object]]:
     """Merge containers.conf the way podman does: base files, then .d drop-ins in name order."""
     merged: dict[str, dict[str, object]] = {}
-    files = [p for p in _CONF_FILES if p.is_file()]
-    if _CONF_DIR.is_dir():
-        files += sorted(p for p in _CONF_DIR.iterdir() if p.suffix == ".conf")
+    files = [p for p in paths.CONTAINERS_CONF_FILES if p.is_file()]
+    if paths.CONTAINERS_CONF_DIR.is_dir():
+        files += sorted(p for p in paths.CONTAINERS_CONF_DIR.iterdir() if p.suffix == ".conf")
     for f in files:
         with f.open("rb") as fh:
             data = tomllib.load(fh)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from runner.runtime.host import naming, netns, nft
+from runner.runtime.host import naming, netns, nft, paths
 from runner.runtime.host.podman_service import SERVICE_ROLE
 
 # Podman helpers may inherit a service's env; containers are removed via podman instead.
@@ -203,13 +203,12 @@ def sweep(prefix_filter: str | None = None, *, include_live: bool = False) -> Sw
     return report
 
 
-SUBJECT_ROOT = Path("/var/tmp/afb-subjects")  # where attempts put subject state directories
-PODMAN_ROOT = Path("/run/afb/podman")  # per-run private podman service socket and log
+STATE_ROOTS = (paths.SUBJECT_ROOT, paths.PODMAN_ROOT)  # folders of per-run directories
 
 
 def _sweep_state_dirs(sel: _Selector, report: SweepReport) -> None:
     """Per-run directories of crashed runs (named by run id; normal exits remove them)."""
-    for d in sorted(p for root in (SUBJECT_ROOT, PODMAN_ROOT) if root.is_dir()
+    for d in sorted(p for root in STATE_ROOTS if root.is_dir()
                     for p in root.iterdir()):  # fmt: skip
         try:
             run_id = naming.check_run_id(d.name)

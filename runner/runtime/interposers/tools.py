@@ -41,13 +41,17 @@ MAX_BODY = 16 * 1024 * 1024
 
 
 class _ExecResult(Protocol):
-    exit_code: int
-    stdout: bytes
-    stderr: bytes
+    # read-only: a frozen result (sandbox.base.ExecResult) satisfies it
+    @property
+    def exit_code(self) -> int: ...
+    @property
+    def stdout(self) -> bytes: ...
+    @property
+    def stderr(self) -> bytes: ...
 
 
 class ToolSandbox(Protocol):
-    """The part of `runner.runtime.sandbox.Sandbox` the interposer uses."""
+    """The part of `runner.runtime.sandbox.base.Sandbox` the interposer uses."""
 
     def exec(
         self, argv: list[str], *, stdin: bytes | None = None, timeout: float = 60.0

@@ -1,4 +1,4 @@
-"""Sandbox backend interface and the Podman implementation (podman-py, private socket).
+"""The Podman sandbox backend (podman-py, private socket); the interface is `base.Sandbox`.
 
 Identity for the sandbox_restart witness = container id + init pid + start time (from
 inspect) + a boot token. The token is written by our entrypoint wrapper at every start,
@@ -20,14 +20,19 @@ import socket
 import struct
 import tarfile
 import time
-from typing import Protocol, runtime_checkable
 
 import podman
 from podman.domain.containers import Container
 from podman.errors import APIError, NotFound
-from pydantic import BaseModel, ConfigDict, Field
 
 from runner.runtime.host import naming
+from runner.runtime.sandbox.base import (
+    ExecResult,
+    ExecTimeout,
+    SandboxError,
+    SandboxIdentity,
+    SandboxSpec,
+)
 
 BOOT_TOKEN_PATH = "/run/afb-boot-token"
 RUN_LABEL = "afb.run"
@@ -43,70 +48,6 @@ _BOOT_SCRIPT = (
 _IDLE = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
 # Prints PID 1's starttime then the token line; the reader checks they agree.
 _READ_TOKEN = f'{_STAT22}; echo "$st"; if read -r t < {BOOT_TOKEN_PATH}; then echo "$t"; fi'
-
-
-class SandboxError(RuntimeError):
-    pass
-
-
-class ExecTimeout(SandboxError):
-    """The exec'd command outlived its timeout and was SIGKILLed; partial output attached."""
-
-    def __init__(self, msg: str, stdout: bytes, stderr: bytes) -> None:
-        super().__init__(msg)
-        self.stdout, self.stderr = stdout, stderr
-
-
-class SandboxIdentity(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    container_id: str
-    init_pid: int
-    started_at: str
-    boot_token: str
-
-
-class ExecResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    exit_code: int
-    stdout: bytes
-    stderr: bytes
-
-
-class SandboxSpec(BaseModel):
-    """Everything needed to (re)create the same sandbox."""
-
-    model_config = ConfigDict(frozen=True)
-    run_id: str
-    name_suffix: str
-    image: str
-    command: list[str] = Field(default_factory=list)  # empty = idle until stopped
-    env: dict[str, str] = Field(default_factory=dict)
-    workdir: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    nofile: int = 4096  # explicit: the runner lacks CAP_SYS_RESOURCE to exceed its hard limit
-    nproc: int = 4096
-    stop_timeout: int = 5
-
-
-@runtime_checkable
-class Sandbox(Protocol):
-    """What injectors and interposers may do to a sandbox, whatever the backend."""
-
-    spec: SandboxSpec
-
-    def create(self) -> None: ...
-    def start(self) -> None: ...
-    def exec(
-        self, argv: list[str], *, stdin: bytes | None = None, timeout: float = 60.0
-    ) -> ExecResult: ...
-    def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None: ...
-    def get_file(self, path: str) -> bytes: ...
-    def restart(self) -> None: ...
-    def recreate(self) -> None: ...
-    def kill(self, sig: int = signal.SIGKILL) -> None: ...
-    def remove(self) -> None: ...
-    def identity(self) -> SandboxIdentity: ...
-    def is_running(self) -> bool: ...
 
 
 def _demux(frame_buf: bytearray, out: dict[int, bytearray]) -> None:

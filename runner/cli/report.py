@@ -1,0 +1,34 @@
+"""`bench report RUN_DIR|BUNDLE [--out FILE] [--junit]`: the derived HTML report or JUnit XML."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from runner.cli.app import app, guarded, out
+from runner.report import write_junit, write_report
+
+
+@app.command()
+@guarded
+def report(
+    run_dir: Annotated[
+        Path,
+        typer.Argument(help="an evaluated run directory or a published bundle", file_okay=False),
+    ],
+    out_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", help="where to write (default RUN_DIR/results/report.html or junit.xml)"
+        ),
+    ] = None,
+    junit: Annotated[bool, typer.Option("--junit", help="write JUnit XML instead of HTML")] = False,
+) -> None:
+    """Write a self-contained HTML report (or JUnit XML) derived from a run's evidence and results.
+
+    Derived, not evidence: no hash binds it and `bench verify` does not re-derive it.
+    """
+    path = (write_junit if junit else write_report)(run_dir, out_file)
+    out.print(f"{'junit' if junit else 'report'} written to {path}")

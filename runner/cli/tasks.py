@@ -1,0 +1,42 @@
+"""`bench tasks check DIR`: every swe-lite task fails without its fix and passes with it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from runner.cli.app import EXIT_INCOMPLETE, app, err, guarded, out
+from runner.evaluator.core.errors import InputError
+
+tasks_app = typer.Typer(help="Benchmark task sets (specs/swe-lite/).")
+app.add_typer(tasks_app, name="tasks")
+
+
+@tasks_app.command("check")
+@guarded
+def check(
+    tasks_root: Annotated[
+        Path, typer.Argument(help="a task set folder with sources.toml, e.g. specs/swe-lite")
+    ] = Path("specs/swe-lite"),
+    python: Annotated[str, typer.Option(help="interpreter with pytest")] = sys.executable,
+) -> None:
+    """Check every task on the host: it fails without its fix and passes with it.
+
+    Against pristine sources: FAIL_TO_PASS fails without the gold patch; with it, every
+    FAIL_TO_PASS and PASS_TO_PASS test passes. Exit 3 when a task does not.
+    """
+    from runner.benchmarks.swe_lite.grade import check_tasks
+
+    if not (tasks_root / "sources.toml").is_file():
+        raise InputError("not a task set (no sources.toml)", file=str(tasks_root))
+    results = check_tasks(tasks_root, python)
+    for r in results:
+        out.print(f"{'ok  ' if r.ok else 'FAIL'} {r.task_id}")
+        for prob in r.problems:
+            out.print(f"     - {prob}")
+    if not all(r.ok for r in results):
+        err.print(f"{sum(not r.ok for r in results)} of {len(results)} tasks fail the check")
+        raise typer.Exit(EXIT_INCOMPLETE)

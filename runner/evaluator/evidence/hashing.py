@@ -1,0 +1,177 @@
+"""What the evidence and the terminal records hash to: the evidence root, its leaves, and the
+terminal-records hash a proof commits to.
+
+Every function here is on the hot path of a million-cell evaluation, so each computes the same
+digest as the canonical (RFC 8785) encoder through a faster route; the docstrings say why the
+bytes are the same.
+
+The evidence root is defined over the sorted leaves (one line `sha256:<hex>` each), which makes
+it independent of record and journal order; a changed, added or dropped record changes a leaf and
+so the root. At a million cells there are about 12 M leaves: as a sorted list of str they would
+take about 1.3 GiB. `EvidenceRoot` computes the same root with an external radix sort instead:
+each leaf is kept as its 32 raw digest bytes in one of 256 packed buffers by its first byte
+(hex order is byte order), the buffers spill to one temporary file past `SPILL_BYTES`, and the
+root hashes the buckets in byte order, each sorted on its own (about 47,000 leaves each at 12 M;
+a bucket past `BUCKET_LEAVES`, e.g. from repeated records, is split again by its next byte).
+Memory is bounded by `SPILL_BYTES` plus one bucket, not by the number of leaves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from runner.evaluator.core.canonical import MAX_SAFE_INTEGER, fast_canonical_bytes, fast_digest
+
+if TYPE_CHECKING:  # the verdict layer's record; hashed here, never decided here
+    from runner.evaluator.verdict.outcomes import TerminalRecord
+
+TERMINAL_RECORDS_DOMAIN = b"afb.terminal-records/2\n"
+
+
+EVIDENCE_ROOT_DOMAIN = b"afb.evidence-root/1\n"
+SPILL_BYTES = 32 << 20  # packed leaves held in memory before a spill (about 1 M leaves)
+BUCKET_LEAVES = 1 << 20  # a bucket larger than this is split again by its next byte
+
+
+def evidence_root(leaves: Iterable[str]) -> str:
+    """Order-independent root: SHA-256 over the domain tag and the sorted leaf digests
+    (`sha256:<hex>`), one per line. Computed by `EvidenceRoot` (see the module docstring)."""
+    root = EvidenceRoot()
+    for leaf in leaves:
+        root.add(leaf)
+    return root.value()
+
+
+class EvidenceRoot:
+    """`evidence_root` fed one leaf at a time, in bounded memory (an external radix sort)."""
+
+    def __init__(self, spill_bytes: int = SPILL_BYTES, bucket_leaves: int = BUCKET_LEAVES) -> None:
+        self._buckets = [bytearray() for _ in range(256)]
+        self._held = 0
+        self._spill_bytes = spill_bytes
+        self._bucket_leaves = bucket_leaves
+        self._file: Any = None  # the spill file, created on the first spill
+        self._segments: list[list[tuple[int, int]]] = [[] for _ in range(256)]  # (offset, size)
+        self.count = 0
+
+    def add(self, leaf: str) -> None:
+        """Add a leaf in its `sha256:<hex>` form."""
+        if len(leaf) != 71 or not leaf.startswith("sha256:"):
+            raise ValueError(f"not a leaf digest: {leaf!r}")
+        self.add_digest(bytes.fromhex(leaf[7:]))
+
+    def add_digest(self, raw: bytes) -> None:
+        """Add a leaf as its 32 raw digest bytes."""
+        if len(raw) != 32:
+            raise ValueError("a leaf digest is 32 bytes")
+        self._buckets[raw[0]] += raw
+        self.count += 1
+        self._held += 32
+        if self._held >= self._spill_bytes:
+            self._spill()
+
+    def _spill(self) -> None:
+        if self._file is None:
+            self._file = tempfile.TemporaryFile(prefix="afb-evidence-root-")  # noqa: SIM115 (closed by value)
+        for b, buf in enumerate(self._buckets):
+            if buf:
+                self._segments[b].append((self._file.tell(), len(buf)))
+                self._file.write(buf)
+                self._buckets[b] = bytearray()
+        self._held = 0
+
+    def _bucket(self, b: int) -> bytes:
+        parts = []
+        for offset, size in self._segments[b]:
+            self._file.seek(offset)
+            parts.append(self._file.read(size))
+        parts.append(bytes(self._buckets[b]))
+        self._buckets[b] = bytearray()
+        return b"".join(parts)
+
+    def value(self) -> str:
+        """The root. Consumes the leaves: call once."""
+        h = hashlib.sha256(EVIDENCE_ROOT_DOMAIN)
+        try:
+            for b in range(256):
+                self._emit(h, self._bucket(b), 1)
+        finally:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+        return "sha256:" + h.hexdigest()
+
+    def _emit(self, h: Any, data: bytes, depth: int) -> None:
+        """Hash the leaves packed in `data` (all sharing their first `depth` bytes) in order."""
+        n = len(data) // 32
+        if n == 0:
+            return
+        if n > self._bucket_leaves and depth < 32:
+            if data.count(data[:32]) == n:  # n non-overlapping matches in 32n bytes: all equal
+                line = b"sha256:" + data[:32].hex().encode() + b"\n"
+                for _ in range(n):
+                    h.update(line)
+                return
+            parts = [bytearray() for _ in range(256)]
+            for i in range(0, len(data), 32):
+                parts[data[i + depth]] += data[i : i + 32]
+            del data
+            for part in parts:
+                self._emit(h, bytes(part), depth + 1)
+            return
+        packed = b"".join(sorted([data[i : i + 32] for i in range(0, len(data), 32)])).hex()
+        h.update(
+            "".join(
+                ["sha256:" + packed[i : i + 64] + "\n" for i in range(0, len(packed), 64)]
+            ).encode()
+        )
+
+
+def leaf(at_ns: str, record: dict[str, Any]) -> str:
+    """Each record with its own timestamp; seq and prev are positions, left out on purpose.
+
+    Reading a journal computes the same digest from the line's bytes (`journal.line_leaf`).
+    """
+    return fast_digest({"at_ns": at_ns, "record": record})
+
+
+def terminal_line(record: TerminalRecord) -> bytes:
+    """RFC 8785 bytes of a terminal record's JSON form (`canonical_bytes(r.model_dump(...))`).
+
+    TerminalRecord and AttemptVerdict declare their fields in sorted order and hold only
+    strings, booleans, nulls, enums, lists of strings and integers, so pydantic's compact JSON
+    writes the canonical bytes: members in order, the same string escapes as RFC 8785 (only
+    `"`, `\\` and controls below 0x20; everything else literally, as UTF-8), integers as decimal
+    digits once each is known to be within +-(2^53-1). Anything else takes the checked path.
+    """
+    ints = (record.intended_effects, record.committed_effects, record.tool_calls)
+    if all(v is None or -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER for v in ints) and all(
+        -MAX_SAFE_INTEGER <= a.attempt <= MAX_SAFE_INTEGER for a in record.attempts
+    ):
+        try:
+            return record.__pydantic_serializer__.to_json(record)
+        except ValueError:  # e.g. a lone surrogate: the checked path names it
+            pass
+    return fast_canonical_bytes(record.model_dump(mode="json"))
+
+
+def terminal_records_hash(records: Iterable[TerminalRecord]) -> str:
+    """SHA-256 over the domain tag and the records' canonical lines in cell-id order, each
+    ended by a newline: a subject's terminal-records.jsonl, hashed. Independent of the order the
+    records are given in (a subject's cell ids are unique), and computable as a stream when they
+    arrive in cell-id order, as `eligibility.decide_subject` receives them."""
+    return jsonl_hash(b"".join(terminal_line(r) + b"\n" for r in sorted(records, key=_by_cell)))
+
+
+def _by_cell(record: TerminalRecord) -> str:
+    return record.cell_id
+
+
+def jsonl_hash(jsonl: bytes) -> str:
+    """`terminal_records_hash` of records given as their terminal-records.jsonl bytes."""
+    h = hashlib.sha256(TERMINAL_RECORDS_DOMAIN)
+    h.update(jsonl)  # not concatenated: no second copy of a large subject's records
+    return "sha256:" + h.hexdigest()

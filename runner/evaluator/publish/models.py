@@ -1,0 +1,266 @@
+"""The publication boundary's documents: IncompleteEvidenceReport | PublishableScorecard.
+
+An incomplete report has no score, rate, rank, percentile or bound field anywhere in its schema,
+and it seals subject outcomes (it says an outcome was recorded, not which), so no success count
+of an ineligible subject leaves the evaluator. A scorecard holds only an eligible, correctly
+sealed proof: its validator re-checks that on every construction path. build.py builds both.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Self
+
+from pydantic import (
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
+
+from runner.evaluator.core.canonical import fast_digest
+from runner.evaluator.core.types import Digest, Frozen, Status
+from runner.evaluator.protocol.faultkinds import FaultKind
+from runner.evaluator.protocol.spec import Comparison as ComparisonRules
+from runner.evaluator.protocol.spec import Measure
+from runner.evaluator.verdict.eligibility import EligibilityProof
+
+REPORT_SCHEMA = "afb.report/2"
+SCORECARD_SCHEMA = "afb.scorecard/3"
+CELL_SCORES_FILE = "cell-scores.jsonl"
+CELL_HISTORY_FILE = "cell-history.jsonl"
+
+# A cell's evidence state in a report: its status, except that a subject outcome is sealed.
+SEALED = "SUBJECT_OUTCOME_SEALED"
+MISSING = "MISSING"
+
+
+class RowsFile(Frozen):
+    """Per-cell rows kept beside the document (one canonical JSON object per line, cell-id
+    order), bound to it by their SHA-256 and line count: at a million cells the rows are the
+    bulk of the bytes, and the document stays small enough to read."""
+
+    file: str
+    lines: int
+    sha256: Digest
+
+
+# ------------------------------------------------------------------------- incomplete evidence
+
+
+class AttemptEntry(Frozen):
+    attempt: int
+    status: Literal[
+        "SUBJECT_OUTCOME_SEALED", "SCENARIO_MISMATCH", "INVALID_INJECTION", "HARNESS_INVALID"
+    ]
+    reasons: list[str]
+
+
+class CellHistory(Frozen):
+    cell_id: str
+    stratum: str
+    kind: FaultKind
+    state: Literal[
+        "SUBJECT_OUTCOME_SEALED",
+        "SCENARIO_MISMATCH",
+        "INVALID_INJECTION",
+        "HARNESS_INVALID",
+        "MISSING",
+    ]
+    attempts: list[AttemptEntry]
+    reasons: list[str]
+
+
+class StratumEvidence(Frozen):
+    registered_cells: int
+    witnessed_cells: int
+    missing_cells: int
+    blocked: bool
+
+
+class IncompleteEvidenceReport(Frozen):
+    """Evidence only. Counts describe evidence coverage, never subject performance."""
+
+    schema_version: Literal["afb.report/2"] = Field(default="afb.report/2", alias="schema")
+    kind: Literal["incomplete_evidence"] = "incomplete_evidence"
+    subject_id: str
+    subject_config_hash: str
+    protocol_id: str
+    protocol_hash: str
+    policy_hash: str
+    evaluator_digest: str
+    evidence_root_hash: str
+    proof_hash: str
+    decision: Literal["ineligible"] = "ineligible"
+    reason_codes: list[str]
+    registered_cells: int
+    witnessed_cells: int
+    status_counts: dict[str, int] = Field(
+        description="evidence states: SUBJECT_OUTCOME_SEALED, SCENARIO_MISMATCH, "
+        "INVALID_INJECTION, HARNESS_INVALID, MISSING"
+    )
+    strata: dict[str, StratumEvidence]
+    missing_cell_ids: list[str]
+    blocked_strata: list[str]
+    not_comparable_strata: list[str]
+    cells_not_witnessed: list[CellHistory] = Field(
+        description="the history of every cell whose evidence state is not SUBJECT_OUTCOME_SEALED"
+    )
+    cell_history: RowsFile = Field(description="every registered cell's CellHistory row")
+    artifacts: list[str]
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _rows_file_is_the_history(self) -> IncompleteEvidenceReport:
+        if self.cell_history.file != CELL_HISTORY_FILE:
+            raise ValueError(f"cell_history must name {CELL_HISTORY_FILE}")
+        if self.cell_history.lines != self.registered_cells:
+            raise ValueError("the cell history must hold every registered cell")
+        return self
+
+
+# --------------------------------------------------------------------------------- scorecard
+
+
+class Ratio(Frozen):
+    numerator: int
+    denominator: int
+    value: float  # numerator / denominator, rounded to 6 places; the integers are authoritative
+
+
+class Completion(Frozen):
+    """Over every cell of the group: a pre-trigger failure (and a scenario mismatch) is a cell
+    that did not complete."""
+
+    completed: int
+    cells: int
+    pre_trigger_failures: int  # faulted cells whose subject failed before the trigger
+    rate: Ratio | None
+
+
+class DuplicateEffects(Frozen):
+    """Over the exposed cells only: faulted cells whose fault was witnessed (COMPLETED or
+    FAILED). A cell that never saw its fault says nothing about replaying an effect."""
+
+    exposed_cells: int
+    duplicate_effects: int  # sum over exposed cells of committed - intended, where positive
+    cells_with_duplicates: int
+    share_without_duplicates: Ratio | None  # (exposed - with duplicates) / exposed
+
+
+class RecoveryOverhead(Frozen):
+    """Over the recovered cells only: exposed cells that COMPLETED, each paired with the
+    COMPLETED baseline of the same task and seed. A failed or pre-trigger cell recovered nothing,
+    so it cannot make recovery look cheap."""
+
+    pairs: int
+    missing_baseline: int  # recovered cells without a completed baseline
+    unrecovered: int  # exposed cells that did not complete (FAILED)
+    extra_tool_calls_total: int | None
+    extra_tool_calls_mean: Ratio | None
+    wall_time_ratio_median: float | None  # measured, not deterministic across runs
+
+
+class Measures(Frozen):
+    """A group's measures: exactly the scorecard's `measures` are present; an unlisted measure
+    is absent (never zero). recovery_overhead is null for a group without faulted cells."""
+
+    completion: Completion | None = None
+    duplicate_effects: DuplicateEffects | None = None
+    recovery_overhead: RecoveryOverhead | None = None
+
+    @model_serializer(mode="wrap")
+    def _only_measured(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        return {k: v for k, v in data.items() if k in self.model_fields_set}
+
+
+class CellScore(Frozen):
+    cell_id: str
+    stratum: str
+    status: Status
+    duplicate_effects: int  # the cell's own count; measures count it only when exposed
+    exposed: bool  # a faulted cell whose fault was witnessed
+    extra_tool_calls: int | None  # recovered cells with their baseline only; never coerced to 0
+    wall_time_ratio: float | None
+
+
+class PublishableScorecard(Frozen):
+    schema_version: Literal["afb.scorecard/3"] = Field(default="afb.scorecard/3", alias="schema")
+    kind: Literal["publishable_scorecard"] = "publishable_scorecard"
+    subject_id: str
+    subject_config_hash: str
+    protocol_id: str
+    protocol_hash: str
+    policy_hash: str
+    evaluator_digest: str
+    evidence_root_hash: str
+    cell_set_hash: str
+    environment_conformance: str | None
+    execution_environment_hash: str | None
+    proof_hash: str
+    proof: EligibilityProof
+    scorer_version: str
+    measures: list[Measure] = Field(description="set: [scoring].measures, the ones carried")
+    comparison_rules: ComparisonRules = Field(
+        description="the protocol's [comparison] rules, applied by every comparison of this card"
+    )
+    scenario_mismatch_strata: list[str] = Field(
+        description="strata with a SCENARIO_MISMATCH cell: published, never compared"
+    )
+    overall: Measures
+    strata: dict[str, Measures]
+    cell_scores: RowsFile = Field(description="every registered cell's CellScore row")
+    derived_from: Digest | None = Field(
+        default=None, description="the scorecard this one re-grades (bench regrade)"
+    )
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _only_from_an_eligible_proof(self) -> PublishableScorecard:
+        p = self.proof
+        if p.decision != "eligible" or p.reason_codes:
+            raise ValueError("a scorecard can only be built from an eligible proof")
+        if not p.hash_is_valid() or p.proof_hash != self.proof_hash:
+            raise ValueError("the embedded proof's hash does not verify")
+        if p.protocol_status != "frozen":
+            raise ValueError("a scorecard can only be built under a frozen protocol")
+        if self.scenario_mismatch_strata != p.scenario_mismatch_strata:
+            raise ValueError("scenario_mismatch_strata differs from the proof's")
+        if self.measures != sorted(set(self.measures)):
+            raise ValueError("measures is a set: sorted, without duplicates")
+        for name, m in [("overall", self.overall), *self.strata.items()]:
+            if m.model_fields_set != set(self.measures):
+                raise ValueError(f"{name} must carry exactly the measures {self.measures}")
+            if None in (getattr(m, k) for k in self.measures if k != "recovery_overhead"):
+                raise ValueError(f"{name}: a carried measure is never null")
+        for name in (
+            "subject_id",
+            "subject_config_hash",
+            "protocol_id",
+            "protocol_hash",
+            "policy_hash",
+            "evaluator_digest",
+            "evidence_root_hash",
+            "cell_set_hash",
+            "environment_conformance",
+            "execution_environment_hash",
+        ):
+            if getattr(self, name) != getattr(p, name):
+                raise ValueError(f"{name} differs from the proof's")
+        if self.cell_scores.lines != p.coverage.registered:
+            raise ValueError("a scorecard must score every registered cell")
+        if self.cell_scores.file != CELL_SCORES_FILE:
+            raise ValueError(f"cell_scores must name {CELL_SCORES_FILE}")
+        return self
+
+    @classmethod
+    def model_construct(  # type: ignore[override]  # deliberately unusable
+        cls, _fields_set: set[str] | None = None, **values: Any
+    ) -> Self:
+        raise TypeError("PublishableScorecard cannot skip validation; use build_scorecard")
+
+    def scorecard_hash(self) -> str:
+        return fast_digest(self.model_dump(mode="json", by_alias=True))

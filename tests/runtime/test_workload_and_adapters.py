@@ -1,0 +1,78 @@
+"""The seams between the runtime and what it runs: subject adapters and the benchmark workload.
+
+A spec's subjects are resolved by their adapter (the part of `agent` before ':') before any
+cell runs; an unknown one is an input error naming the subject and the registered adapters.
+The reference adapter launches exactly what the runner always launched for reference subjects.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from runner.benchmarks.registry import workload_for
+from runner.evaluator.core.errors import InputError
+from runner.evaluator.protocol.spec import Spec
+from runner.evaluator.protocol.specload import load_spec
+from runner.runtime.adapters import ReferenceAdapter, registered_adapters, resolve_subjects
+from runner.runtime.host import paths
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = ROOT / "specs" / "swe-lite-smoke.toml"
+
+
+def _smoke() -> Spec:
+    """The smoke spec's model (its grader.code list is the lead's to keep current: not read)."""
+    raw = tomllib.loads(SMOKE.read_text())
+    raw["grader"]["code"] = []
+    return Spec.model_validate(raw)
+
+
+def _with_agent(spec: Spec, agent: str, config: dict[str, object] | None = None) -> Spec:
+    first = spec.subjects[0].model_copy(
+        update={"agent": agent, "config": spec.subjects[0].config if config is None else config}
+    )
+    return spec.model_copy(update={"subjects": [first, *spec.subjects[1:]]})
+
+
+def test_an_unknown_adapter_names_the_subject_and_the_registered_adapters() -> None:
+    spec = _with_agent(_smoke(), "mystery:agent")
+    assert "reference" in registered_adapters()
+    with pytest.raises(InputError) as exc:
+        resolve_subjects(spec, SMOKE)
+    msg = exc.value.render()
+    assert "subject 'blind-retry'" in msg and "'mystery:agent'" in msg and "reference:" in msg
+    assert exc.value.file == str(SMOKE)
+
+
+def test_a_reference_subject_needs_a_strategy() -> None:
+    spec = _with_agent(_smoke(), "reference:blind_retry", config={})
+    with pytest.raises(InputError, match=r"config\.strategy"):
+        resolve_subjects(spec, SMOKE)
+
+
+def test_the_reference_command_is_the_runners_historic_one() -> None:
+    spec = _smoke()
+    workload = workload_for(spec, SMOKE)
+    assert workload.image == "swe-lite"
+    task_id = next(iter(spec.task_index()))
+    task = workload.subject_task(task_id)
+    launch = resolve_subjects(spec, SMOKE)["checkpoint"]
+    cmd = launch(task)
+    script = ReferenceAdapter().public_script()
+    assert script.parent == paths.SUBJECTS_PUBLIC_DIR
+    assert script.read_bytes() == (ROOT / "runner" / "subjects" / "reference.py").read_bytes()
+    assert list(cmd.argv) == [
+        "/usr/bin/python3", str(script), "--strategy", "checkpoint",
+        "--task-json", json.dumps(dict(task), sort_keys=True),
+    ]  # fmt: skip
+    assert dict(cmd.env) == {}
+
+
+def test_an_unknown_grader_is_an_input_error() -> None:
+    spec = load_spec(ROOT / "specs" / "example.toml")
+    with pytest.raises(InputError, match="toy-grader"):
+        workload_for(spec, ROOT / "specs" / "example.toml")
