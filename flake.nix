@@ -6,6 +6,8 @@
   # Python dependencies come from uv.lock through uv2nix, so the flake and the evaluator digest
   # see the same versions. The evaluator's inputs and the image inputs are read from the same
   # declarations the Python code reads (evaluator-inputs.json, images/*/image.toml).
+  # The installed `bench` finds its project data (images/, specs/, witnesses/, ...) through
+  # AFB_ROOT, which the wrapper and the evaluator image set to a store copy (README, "Nix").
   description = "A witnessed fault-injection benchmark for AI agent runs";
 
   inputs = {
@@ -47,12 +49,27 @@
       # --- The evaluator's inputs: the same selection as runner/evaluator/inputs.py ---------
       evaluatorInputs = import ./nix/evaluator-inputs.nix { root = ./.; };
 
-      # --- Image inputs, read from images/<name>/image.toml ----------------------------------
-      imageDecl = name: builtins.fromTOML (builtins.readFile (./images + "/${name}/image.toml"));
-      sweLite = imageDecl "swe-lite";
-      # Nix's toJSON sorts keys and writes compact JSON, i.e. RFC 8785 bytes for this plain data.
-      sweLiteInputDigest = "sha256:" + builtins.hashString "sha256" (builtins.toJSON sweLite);
-      created = isoUtc sweLite.source_date_epoch;
+      # --- The project data an installed bench reads (AFB_ROOT): a store copy ---------------
+      # (builtins.path with a filter, like nix/evaluator-inputs.nix: evaluates on older Nix too)
+      projectData = builtins.path {
+        path = ./.;
+        name = "afb-project-data";
+        filter = path: type:
+          let rel = lib.removePrefix (toString ./. + "/") (toString path);
+          in builtins.elem (builtins.head (lib.splitString "/" rel))
+            [ "evaluator-inputs.json" "uv.lock" "runner" "schemas" "witnesses" "images" "specs" ];
+      };
+
+      # --- The flake's sandbox image: its own declaration, images/swe-lite-nix/image.toml ----
+      # Not images/swe-lite (a Debian suite + baked task sources, built by `bench images build`):
+      # another image with its own inputs, whose input-digest label is computed as builder.py
+      # computes every image's (nix/image-inputs.nix; tests/reproducibility/test_nix.py).
+      sweLiteNix = import ./nix/image-inputs.nix { imageDir = ./images/swe-lite-nix; };
+      sweLiteNixContents =
+        assert sweLiteNix.conf.packages
+          == [ "bash" "coreutils" "gnupatch" "python311" "python311Packages.pytest" ];
+        assert sweLiteNix.conf.nixpkgs == (nixpkgs.rev or sweLiteNix.conf.nixpkgs);
+        [ pkgs.bash pkgs.coreutils pkgs.gnupatch (pkgs.python311.withPackages (ps: [ ps.pytest ])) ];
 
       # Unix seconds -> "YYYY-MM-DDTHH:MM:SSZ" (dockerTools' stream_layered_image.py parses
       # `created` with datetime.fromisoformat). Days to civil date: H. Hinnant's algorithm.
@@ -84,6 +101,7 @@
         name = "bench";
         runtimeInputs = runtimeTools;
         text = ''
+          export AFB_ROOT="''${AFB_ROOT:-${projectData}}"
           case "''${1:-}" in
             *.toml) exec ${venv}/bin/bench run "$@" ;;
             *) exec ${venv}/bin/bench "$@" ;;
@@ -91,26 +109,21 @@
         '';
       };
 
-      # Sandbox image via dockerTools: fixed creation time, labels carry the input digests.
+      # Sandbox image via dockerTools: fixed creation time; name, tag and input-digest label as
+      # runner/imagebuild/builder.py derives them from the declaration, so `podman load` gives
+      # the tag `bench` looks for (localhost/afb-swe-lite-nix:<12 hex of the digest>).
       sweLiteImage = pkgs.dockerTools.buildLayeredImage {
-        name = "localhost/${sweLite.name}";
-        tag = "nix";
-        inherit created;
-        contents = [
-          (python.withPackages (ps: [ ps.pytest ]))
-          pkgs.gnupatch pkgs.coreutils pkgs.bash
-        ];
+        inherit (sweLiteNix) name tag;
+        created = isoUtc sweLiteNix.conf.source_date_epoch;
+        contents = sweLiteNixContents;
         extraCommands = ''
           mkdir -p usr/local/bin run tmp
-          cp ${./images/swe-lite/afb-init} usr/local/bin/afb-init
+          cp ${./images/swe-lite-nix + "/${sweLiteNix.conf.entrypoint}"} usr/local/bin/afb-init
           chmod 0755 usr/local/bin/afb-init
         '';
         config = {
           Entrypoint = [ "/usr/local/bin/afb-init" ];
-          Labels = {
-            "org.agent-fault-bench.image-inputs" = sweLiteInputDigest;
-            "org.agent-fault-bench.builder" = "nix-dockerTools";
-          };
+          Labels."org.agent-fault-bench.input-digest" = sweLiteNix.digest;
         };
       };
 
@@ -127,6 +140,8 @@
         config = {
           Entrypoint = [ "${venv}/bin/bench" ];
           WorkingDir = "/opt/afb";
+          # The installed bench reads its data (witnesses, schemas, the declaration) from here.
+          Env = [ "AFB_ROOT=/opt/afb" ];
           Labels = {
             # The store path is content-addressed by the inputs' NAR hash (= evaluator_digest).
             "org.agent-fault-bench.evaluator-inputs" = "${evaluatorInputs}";
@@ -157,7 +172,7 @@
           { nativeBuildInputs = [ pkgs.nix venv ]; } ''
           nar="sha256:$(nix-hash --type sha256 ${evaluatorInputs})"
           py=$(cd ${self} && python -c \
-            'from pathlib import Path; from runner.evaluator.inputs import evaluator_digest; print(evaluator_digest(Path(".")))')
+            'from pathlib import Path; from runner.evaluator.core.inputs import evaluator_digest; print(evaluator_digest(Path(".")))')
           if [ "$nar" != "$py" ]; then
             echo "evaluator digest mismatch: nix $nar, python $py" >&2
             exit 1

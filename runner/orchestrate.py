@@ -49,10 +49,22 @@ class RunOutcome:
         return all(r.scorecard is not None for r in self.results.values())
 
 
-def evaluate_and_write(run_dir: Path) -> dict[str, SubjectResult]:
-    """Derive every result from the run's evidence alone and write RUN_DIR/results/."""
+def evaluate_and_write(run_dir: Path, log: Log = _quiet) -> dict[str, SubjectResult]:
+    """Derive every result from the run's evidence alone and write RUN_DIR/results/, then the
+    derived views (report.html, junit.xml) beside them.
+
+    The views come last and cannot take anything with them: a view that fails to render is
+    reported and the results stand (they are what the exit code is about).
+    """
     _, results, files = derive(run_dir, evaluator_digest(), environment_hook)
     write_results(run_dir, files)
+    from runner.report import write_junit, write_report
+
+    for view in (write_report, write_junit):
+        try:
+            log(f"{view.__name__.removeprefix('write_')}: {view(run_dir)}")
+        except Exception as exc:  # a view is derived; its failure must not mask the results
+            log(f"[bold red]{view.__name__} failed[/]: {type(exc).__name__}: {exc}")
     return results
 
 
@@ -78,7 +90,7 @@ def run_spec(
     else:
         mrun = MatrixRun.create(spec_path, out_root, naming.new_run_id(), draft, workload)
     run_dir = run_matrix(mrun, workload, jobs, log=log, progress=progress)
-    return RunOutcome(run_dir, evaluate_and_write(run_dir))
+    return RunOutcome(run_dir, evaluate_and_write(run_dir, log))
 
 
 def run_matrix(
@@ -98,7 +110,7 @@ def run_matrix(
     run_dir, run_id = mrun.run_dir, mrun.rp.run_id
     log(f"run {run_id} in {run_dir}")
     built = images.ensure_image(project_root() / "images" / workload.image)
-    env = envcollect.observe(mrun.spec)
+    env = envcollect.observe(mrun.spec, image=built.tag)  # names the image in the artifact
     mrun.record_start(env.to_json(), env.execution_environment_hash)
     states = mrun.cell_states()
     remaining = sum(not s.finished for s in states)
@@ -156,12 +168,16 @@ def rerun(
     spec = rp.spec()
     store = EvidenceStore(bundle)
     published = LoadedEvidence.from_store(store)
-    here = envcollect.observe(spec)
+    workload = workload_for(load_spec(spec_path), spec_path)
+    # The image is part of the environment: a rerun on another image is refused like any drift.
+    from runner.imagebuild import builder as images
+
+    built = images.ensure_image(project_root() / "images" / workload.image)
+    here = envcollect.observe(spec, image=built.tag)
     then = [load_environment(parse_json(store.get_blob(r.artifact))) for r in published.environment]
     proof = check_environments([*then, here], spec.factors, spec.sources)
     if not proof.conform:
         return RerunOutcome(refused=list(proof.reason_codes))
-    workload = workload_for(load_spec(spec_path), spec_path)
     mrun = MatrixRun.create(spec_path, out_root, naming.new_run_id(), False, workload)
     if mrun.rp.identities.protocol_hash != rp.identities.protocol_hash:
         raise InputError(

@@ -45,6 +45,15 @@ def _policy(spec: Path | None) -> EnvironmentPolicy:
     return policy_of(s.factors, s.sources)
 
 
+def _spec_image(spec: Path) -> str | None:
+    """The tag of the spec's sandbox image (derived from its declared inputs; not built here)."""
+    from runner.evaluator.core.inputs import project_root
+    from runner.imagebuild.builder import image_tag
+
+    name = load_spec(spec).grader.image
+    return None if name is None else image_tag(project_root() / "images" / name)
+
+
 def _load_artifact(path: Path) -> ExecutionEnvironment:
     try:
         data = path.read_bytes()
@@ -84,11 +93,20 @@ def observe_cmd(
         str | None,
         typer.Option("--http-base", help="base URL for http sources whose endpoint is a path"),
     ] = None,
+    image: Annotated[
+        str | None,
+        typer.Option(
+            help="the sandbox image a podman source's {image} names "
+            "(default: the spec's [grader].image, by its input-derived tag)"
+        ),
+    ] = None,
 ) -> None:
     """Observe this machine's controlled factors and print the execution-environment artifact."""
     from runner.runtime.envcollect import observe
 
-    env = observe(_policy(spec), http_base=http_base)
+    if image is None and spec is not None:
+        image = _spec_image(spec)
+    env = observe(_policy(spec), http_base=http_base, image=image)
     doc = env.to_json()
     if output is not None:
         output.write_text(_dump(doc) + "\n", encoding="utf-8")

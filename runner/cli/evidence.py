@@ -29,11 +29,13 @@ def _need_run_dir(path: Path) -> None:
 
 def summary_table(results: dict[str, SubjectResult]) -> Table:
     t = Table(title="results")
-    for col in ("subject", "decision", "witnessed", "completion", "duplicate effects", "reasons"):
+    cols = ("subject", "decision", "faults witnessed", "completion", "duplicate effects", "reasons")
+    for col in cols:
         t.add_column(col)
     for subject, r in sorted(results.items()):
         p = r.evaluation.proof
-        cov = f"{p.coverage.witnessed}/{p.coverage.registered}"
+        # witnessed / scheduled faults; baseline cells are not faults and are shown apart
+        cov = f"{p.coverage.witnessed}/{p.coverage.scheduled} (+{p.coverage.baseline} baseline)"
         if r.scorecard is not None:
             c = r.scorecard.overall
             rate = c.completion.rate
@@ -58,7 +60,7 @@ def evaluate(run_dir: RunDir) -> None:
     _need_run_dir(run_dir)
     from runner.orchestrate import evaluate_and_write
 
-    results = evaluate_and_write(run_dir)
+    results = evaluate_and_write(run_dir, out.print)
     out.print(summary_table(results))
     out.print(f"results in {run_dir / 'results'}")
     if any(r.scorecard is None for r in results.values()):

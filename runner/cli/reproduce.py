@@ -1,4 +1,6 @@
-"""`bench reproduce BUNDLE [--rerun]`: re-derive a published result bit for bit."""
+"""`bench reproduce BUNDLE [--evaluator-from-history] [--rerun]`: re-derive a published result
+bit for bit, with this checkout's evaluator or, when the bundle names another, with that one
+(found in git history by its digest: runner/history.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,9 @@ import typer
 
 from runner.cli.app import EXIT_INCOMPLETE, EXIT_REFUSED, app, err, guarded, out
 from runner.evaluator.core.errors import InputError
-from runner.evaluator.core.inputs import evaluator_digest
+from runner.evaluator.core.inputs import evaluator_digest, project_root
 from runner.evaluator.environment.hooks import environment_hook
+from runner.evaluator.protocol.runfile import read_protocol
 from runner.evaluator.publish.reproduce import reproduce as reproduce_bundle
 
 
@@ -23,10 +26,23 @@ def reproduce(
     ] = False,
     out_dir: Annotated[Path, typer.Option("--out", help="where a rerun goes")] = Path("runs"),
     jobs: Annotated[int, typer.Option(min=1, max=8)] = 1,
+    from_history: Annotated[
+        bool,
+        typer.Option(
+            "--evaluator-from-history",
+            help="when the bundle names another evaluator, run that one: the git commit whose "
+            "evaluator inputs hash to the bundle's evaluator_digest, from a temporary export",
+        ),
+    ] = False,
 ) -> None:
     """Say REPRODUCED only when every published result re-derives byte for byte."""
     if not (bundle / "protocol.json").is_file():
         raise InputError("not a result bundle (no protocol.json)", file=str(bundle))
+    theirs, ours = read_protocol(bundle).identities.evaluator_digest, evaluator_digest()
+    if theirs != ours:
+        _other_evaluator(bundle, theirs, ours, from_history, rerun)
+        return
+    out.print(f"evaluator: the bundle's ({theirs}) is this checkout's")
     problems = reproduce_bundle(bundle, evaluator_digest(), environment_hook)
     if problems:
         err.print(f"[bold red]NOT REPRODUCED[/]: {problems[0]}")
@@ -53,3 +69,38 @@ def reproduce(
     out.print(
         f"RERUN REPRODUCED: every cell's deterministic projection is identical ({again.run_dir})"
     )
+
+
+def _other_evaluator(bundle: Path, theirs: str, ours: str, from_history: bool, rerun: bool) -> None:
+    err.print(
+        f"evaluator: the bundle was made by evaluator {theirs}; this checkout's is {ours}. "
+        "This evaluator cannot re-derive it byte for byte."
+    )
+    if not from_history:
+        err.print(
+            "[bold red]NOT REPRODUCED[/]: made by another evaluator; rerun with "
+            "--evaluator-from-history to run that evaluator from this repository's git history"
+        )
+        raise typer.Exit(EXIT_INCOMPLETE)
+    if rerun:
+        raise InputError("--rerun needs the bundle's own evaluator checked out", key="--rerun")
+    from runner.history import repository, run_historic_bench
+
+    repo = repository(project_root())
+    ran = run_historic_bench(repo, theirs, ["reproduce", str(bundle.resolve())])
+    out.print(
+        f"evaluator: commit {ran.found.commit[:12]} has evaluator inputs hashing to {theirs}; "
+        "running its `bench reproduce` from a temporary export"
+    )
+    for line in ran.stdout.splitlines():
+        out.print(f"  | {line}", markup=False)
+    for line in ran.stderr.splitlines():
+        err.print(f"  | {line}", markup=False)
+    reproduced = ran.returncode == 0 and "REPRODUCED" in ran.stdout
+    if not reproduced:
+        err.print(
+            f"[bold red]NOT REPRODUCED[/] by evaluator {theirs} (commit {ran.found.commit[:12]}, "
+            f"exit {ran.returncode})"
+        )
+        raise typer.Exit(EXIT_INCOMPLETE)
+    out.print(f"REPRODUCED {bundle} with its own evaluator (commit {ran.found.commit[:12]})")

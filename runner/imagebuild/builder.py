@@ -46,6 +46,10 @@ import rfc8785
 
 # Bumped whenever the normalisation below changes what bytes a given input produces.
 BUILDER_VERSION = "afb-images/1"
+# An image.toml names its builder (default mmdebstrap, built here). "nix-dockerTools" images are
+# built by the flake (flake.nix, nix/image-inputs.nix), which computes their input digest the
+# same way with this version string; tests/reproducibility/test_nix.py checks the two agree.
+BUILDERS = {"mmdebstrap": BUILDER_VERSION, "nix-dockerTools": "afb-images-nix/1"}
 SRC_PREFIX = "opt/swe-lite/src"
 ENTRYPOINT_PATH = "usr/local/bin/afb-init"
 BOOT_TOKEN_PATH = "/run/afb-boot-token"
@@ -222,11 +226,18 @@ def image_inputs(image_dir: Path) -> dict[str, Any]:
     conf = load_image_toml(image_dir)
     entry = (image_dir / conf["entrypoint"]).read_bytes()
     return {
-        "builder": BUILDER_VERSION,
+        "builder": builder_version(conf),
         "image": conf,
         "sources": [s.as_json() for s in _image_sources(image_dir, conf)],
         "files": {"entrypoint": "sha256:" + hashlib.sha256(entry).hexdigest()},
     }
+
+
+def builder_version(conf: Mapping[str, Any]) -> str:
+    kind = conf.get("builder", "mmdebstrap")
+    if kind not in BUILDERS:
+        raise ValueError(f"image.toml: unknown builder {kind!r}; known: {sorted(BUILDERS)}")
+    return BUILDERS[kind]
 
 
 def image_input_digest(image_dir: Path) -> str:
@@ -553,6 +564,11 @@ def build_image(
     """
     image_dir = Path(image_dir).resolve()
     conf = load_image_toml(image_dir)
+    if conf.get("builder", "mmdebstrap") != "mmdebstrap":
+        raise ValueError(
+            f"{image_dir} is built by the flake, not here: nix build .#sandbox-image, then "
+            f"podman load < result (its tag is {image_tag(image_dir)})"
+        )
     epoch = int(conf["source_date_epoch"])
     digest = image_input_digest(image_dir)
     tag = image_tag(image_dir)

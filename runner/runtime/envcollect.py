@@ -12,7 +12,10 @@ Providers (a source contract's `provider` + `endpoint`):
   `platform.release`, `platform.python_implementation`, `platform.python_version`,
   `psutil.virtual_memory.total`, `calibration.sha256_64mib`).
 - `command`: an allowlisted program run without a shell (`podman version --format json`, ...).
-- `podman`: `podman <endpoint>` (e.g. `image inspect <ref>`).
+- `podman`: `podman <endpoint>` (e.g. `image inspect <ref>`). The argument `{image}` stands for
+  the sandbox image this run uses (its tag, given to `observe(image=...)` by the orchestrator), so
+  a spec can name "the run's image" although its tag is derived from its inputs; without one the
+  read fails (no guess).
 - `file`: a local file's bytes (e.g. `/proc/sys/kernel/osrelease`).
 - `evaluator`: `runner.evaluator.inputs.evaluator_digest`.
 - `http`: a GET with urllib; redirects are followed but every hop is recorded.
@@ -229,7 +232,12 @@ def read_http(
 # ------------------------------------------------------------------------------------- dispatch
 
 
-def read_source(contract: SourceContract, http_base: str | None = None) -> ResponseSnapshot:
+IMAGE_ARG = "{image}"
+
+
+def read_source(
+    contract: SourceContract, http_base: str | None = None, image: str | None = None
+) -> ResponseSnapshot:
     """Read one source contract on this machine; failures become snapshots with `error` set."""
     p, ep = contract.provider, contract.endpoint
     if p == "python":
@@ -245,6 +253,10 @@ def read_source(contract: SourceContract, http_base: str | None = None) -> Respo
             argv = ["podman", *shlex.split(ep)]
         except ValueError as exc:
             return _failed(f"bad podman arguments {ep!r}: {exc}")
+        if IMAGE_ARG in argv:
+            if image is None:
+                return _failed(f"{ep!r} names the run's sandbox image, but none was given")
+            argv = [image if a == IMAGE_ARG else a for a in argv]
         return read_command(argv)
     if p == "file":
         return read_file(ep)
@@ -282,10 +294,12 @@ def observe(
     http_base: str | None = None,
     readers: Mapping[str, Callable[[SourceContract], ResponseSnapshot]] | None = None,
     only: Iterable[str] | None = None,
+    image: str | None = None,
 ) -> ExecutionEnvironment:
     """Observe every controlled factor of `policy` (a spec, or the default policy) on this machine.
 
-    `readers` overrides the read of given source ids (tests); `only` limits the factor ids read.
+    `readers` overrides the read of given source ids (tests); `only` limits the factor ids read;
+    `image` is the sandbox image (tag) a `podman` source's `{image}` argument names.
     Each source is read once even when several factors share it.
     """
     pol = _as_policy(policy)
@@ -299,7 +313,7 @@ def observe(
         contract = pol.source(factor.source)
         if contract.id not in cache:
             reader = (readers or {}).get(contract.id)
-            snap = reader(contract) if reader else read_source(contract, http_base)
+            snap = reader(contract) if reader else read_source(contract, http_base, image)
             cache[contract.id] = (snap, now_rfc3339())
         snap, at = cache[contract.id]
         observations.append(observation(factor.id, factor.type, factor.unit, contract, snap, at))

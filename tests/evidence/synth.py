@@ -106,7 +106,26 @@ NOOP: dict[FaultKind, dict[str, dict[str, Any]]] = {
     },
 }  # fmt: skip
 
-# Outcome names understood by `write_attempt`.
+# The runtime's collector registry (runner/runtime/faults/collectors.py) and each kind's
+# actuator component: the engine stamps `component` on every observation and receipt.
+COMPONENT = {
+    "egress_proxy": "egress_proxy", "tool_interposer": "tool_interposer",
+    "destination_ledger": "destination", "reaper": "reaper",
+    "process_registry": "subject_registry", "sandbox_inspector": "container_runtime",
+    "nft_reader": "nftables", "netns_prober": "netns_prober",
+}  # fmt: skip
+ACTUATOR_COMPONENT = {
+    LOST_RESPONSE: "egress_proxy", SIGKILL_MID_TOOL_CALL: "subject_launcher",
+    SANDBOX_RESTART: "container_runtime", NETWORK_PARTITION: "nftables",
+}  # fmt: skip
+for _table in (GOOD, NOOP):
+    for _kind, _obs in _table.items():
+        _table[_kind] = {n: {**o, "component": COMPONENT[o["collector"]]} for n, o in _obs.items()}
+
+# Outcome names understood by `write_attempt`. A faulted attempt journals the full lifecycle as
+# the trigger engine does: scheduled, armed (before the subject), then, if the trigger is
+# reached, injected and witnessed and recovered; `noop` and `no_witness` are rejected by the
+# runtime's own witness check (`rejected`, nothing recovered, no grade: the attempt stopped).
 OUTCOMES = (
     "completed", "failed", "duplicate", "pre_trigger", "mismatch",
     "noop", "no_witness", "harness", "wrong_scorer",
@@ -193,14 +212,17 @@ class Run:
             j.close()
             return
         reached = kind != NO_FAULT and outcome not in ("pre_trigger", "mismatch")
+        rejected = reached and outcome in ("noop", "no_witness")
+        fid = slot.schedule.fault_id
+        if kind != NO_FAULT:
+            for state in ("scheduled", "armed"):
+                j.append(LifecycleTransition(**ref, fault_id=fid, state=state))
         if reached:
-            fid = slot.schedule.fault_id
             trig = slot.schedule.trigger or {}
             j.append(TriggerReached(**ref, fault_id=fid, call_id="call-3", tool=trig["tool"],
                                     ordinal=trig["ordinal"], phase=trig["phase"]))  # fmt: skip
-            for state in ("scheduled", "armed"):
-                j.append(LifecycleTransition(**ref, fault_id=fid, state=state))
             j.append(ActuatorReceipt(**ref, fault_id=fid, kind=kind, actuator="test",
+                                     component=ACTUATOR_COMPONENT[kind],
                                      applied=True))  # fmt: skip
             j.append(LifecycleTransition(**ref, fault_id=fid, state="injected"))
             if outcome != "no_witness":
@@ -208,7 +230,14 @@ class Run:
                 for name, obs in table[kind].items():
                     j.append(WitnessObservation(**ref, fault_id=fid, kind=kind, name=name,
                                                 observation=obs))  # fmt: skip
-                j.append(LifecycleTransition(**ref, fault_id=fid, state="witnessed"))
+            if rejected:
+                j.append(LifecycleTransition(**ref, fault_id=fid, state="rejected"))
+                j.append(ToolCallCount(**ref, calls=calls, by_tool={"write_file": calls}))
+                j.append(AttemptEnded(**ref, outcome="injection_rejected", trigger_reached=True,
+                                      wall_ns=str(wall_ns)))  # fmt: skip
+                j.close()
+                return
+            j.append(LifecycleTransition(**ref, fault_id=fid, state="witnessed"))
             j.append(LifecycleTransition(**ref, fault_id=fid, state="recovered"))
         done = outcome in ("completed", "duplicate", "mismatch", "noop", "no_witness",
                            "wrong_scorer")  # fmt: skip

@@ -115,8 +115,9 @@ def witnessed(completed: bool = True) -> Records:
 
 
 def pre_trigger(completed: bool) -> Records:
-    """The subject finished (or gave up) before the scheduled tool call."""
-    return [("j", r) for r in (_started(KILL), _grade(completed), _ended(False))]
+    """The subject finished (or gave up) before the scheduled tool call (fault armed)."""
+    recs = (_started(KILL), _state("scheduled"), _state("armed"), _grade(completed), _ended(False))
+    return [("j", r) for r in recs]
 
 
 # ---------------------------------------------------------------------------- record edits

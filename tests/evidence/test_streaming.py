@@ -20,9 +20,10 @@ from runner.evaluator.evidence.records import (
     LifecycleTransition,
     QuarantinedTail,
 )
+from runner.evaluator.protocol.matrix import cell_id
 from runner.evaluator.publish.results import derive
 from runner.evaluator.verdict.eligibility import evaluate_run
-from runner.evaluator.verdict.terminals import TerminalSpill
+from runner.evaluator.verdict.terminals import TerminalSpill, registered_cells
 from tests.evidence.synth import Run
 from tests.evidence.test_vectors import FIXED_EVALUATOR
 
@@ -166,7 +167,7 @@ def test_cells_sharing_a_journal_prefix_are_grouped_by_their_full_id() -> None:
         for cell in extra:
             rr.write_attempt("a", cell, slots[2], 1, "completed")
         ev = LoadedEvidence(list(rr.memory), "sha256:" + "0" * 64, [])
-        registered = sorted([(a, ("a", slots[0])), (b, ("a", slots[1])), (d, ("a", slots[2]))])
+        registered = iter([(a, "a", slots[0]), (b, "a", slots[1]), (d, "a", slots[2])])
         return TerminalSpill.derive(r.protocol, ev, registered)
 
     with spill([]) as s:
@@ -178,3 +179,17 @@ def test_cells_sharing_a_journal_prefix_are_grouped_by_their_full_id() -> None:
         with spill(extra) as s:
             assert s.unregistered
             assert [t.cell_id for t in s.records("a")] == [a, b, d]
+
+
+def test_registered_cells_come_in_cell_id_order_the_last_registration_standing() -> None:
+    r = Run(Path("/nonexistent"), in_memory=True)
+    rp = r.protocol
+    expected: dict[str, tuple[str, object]] = {}
+    again = rp.slots[0].model_copy(update={"stratum": "registered again"})
+    doubled = rp.model_copy(update={"slots": [*rp.slots, again]})
+    for subject, shash in sorted(rp.identities.subject_config_hashes.items()):
+        for slot in doubled.slots:
+            expected[cell_id(slot.slot_id, shash)] = (subject, slot)
+    got = list(registered_cells(doubled))
+    assert [(c, s, x) for c, s, x in got] == [(c, *v) for c, v in sorted(expected.items())]
+    assert sum(x is again for _, _, x in got) == len(rp.identities.subject_config_hashes)

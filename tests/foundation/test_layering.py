@@ -18,17 +18,19 @@ from runner.evaluator.core.inputs import load_declaration
 ROOT = Path(__file__).resolve().parents[2]
 
 # layer -> module prefixes it must never import
+ABOVE_RUNTIME = ("runner.cli", "runner.orchestrate", "runner.history", "runner.report")
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "runner.evaluator": (
+        *ABOVE_RUNTIME,
         "runner.runtime",
-        "runner.cli",
         "runner.subjects",
         "runner.benchmarks",
         "runner.imagebuild",
     ),
-    "runner.runtime": ("runner.cli", "runner.benchmarks"),
-    "runner.benchmarks": ("runner.cli",),
-    "runner.imagebuild": ("runner.cli", "runner.runtime", "runner.benchmarks"),
+    "runner.runtime": (*ABOVE_RUNTIME, "runner.benchmarks", "runner.imagebuild"),
+    "runner.benchmarks": ABOVE_RUNTIME,
+    "runner.imagebuild": (*ABOVE_RUNTIME, "runner.runtime", "runner.benchmarks"),
+    "runner.report": ("runner.cli", "runner.orchestrate", "runner.runtime", "runner.benchmarks"),
     "runner.subjects": ("runner.",),  # stdlib only: subjects run outside the runner's venv
 }
 
@@ -89,6 +91,7 @@ def test_layers_import_only_downwards() -> None:
         ("runner/evaluator/planted.py", "import runner.cli.app\n"),
         ("runner/runtime/attempt/planted.py", "from runner.benchmarks.swe_lite import grade\n"),
         ("runner/runtime/planted.py", "from ..benchmarks import swe_lite\n"),
+        ("runner/runtime/host/planted.py", "from runner import orchestrate\n"),
         ("runner/subjects/planted.py", "from runner.evaluator.core import canonical\n"),
     ],
 )

@@ -27,9 +27,9 @@ of the terminal records (DESIGN §9: terminal records -> eligibility proof -> pu
   issue's figure. `ratio` is a stage's wall time over plain hashlib.sha256 over the input's bytes
   (the 1,000,000 canonical terminal lines, line by line).
 
-`--evidence full` (default up to 100,000 cells) holds every record in memory, like
-`LoadedEvidence`, and runs the real `evaluate_run` + `render_results` (what `results.derive` does
-after reading the journals).
+`--evidence full` (default up to 100,000 cells) holds every record in memory (`LoadedEvidence`'s
+in-memory form) and runs the real `evaluate_run` + `render_results` (what `results.derive` does
+after reading the journals, without reading them).
 
 `--from-journals` measures what `bench evaluate` does, end to end: it writes a run directory
 (protocol.json and one journal per attempt, `<cell id prefix>-a1.jsonl`, hash-chained lines as
@@ -39,8 +39,9 @@ warms the page cache, so both passes read from memory); `evaluate`: `results.der
 check every journal line, evidence root, terminal records, proofs, publication) and
 `results.write_results`, its wall time and peak RSS, and its ratio to the `sha256` pass.
 
-The stages run with the cyclic GC paused, as `results.derive` runs them. Peak memory is ru_maxrss
-(the process's high-water mark). `--check` re-canonicalizes every hashed document with the
+The stages run with the cyclic GC paused, as `results.derive` runs them. (One script for the
+three modes, which share the synthesis: hence its length.) Peak memory is VmHWM (the process
+image's high-water mark, `rss_mib`). `--check` re-canonicalizes every hashed document with the
 reference RFC 8785 encoder in the full mode, and in the terminal mode checks the first 20,000
 lines of the input and of every written row file, and every written JSON document, the same way.
 """

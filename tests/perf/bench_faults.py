@@ -7,12 +7,23 @@ trigger -> witness persisted (`trigger_reached` to lifecycle `witnessed`), trigg
 receipt, and the attempt's setup (call -> `attempt_started`), subject wall time and teardown
 (`grader_result` -> `attempt_ended`). Bare primitives (`ip netns add`, `podman run --rm`) are
 measured in the same run, and harness figures are printed as ratios to them.
+
+The partition's own bare primitive (`bare_cut`): in a ready namespace + table, one
+`ip netns exec <ns> nft add rule ... counter drop` (the stock tool cutting the path) plus one
+TCP connect to an open port by a process already running in the namespace (the prober: a
+handshake and its pipe round trip). Its witness is printed as a ratio to that too.
+
+`--close-watch S` (experiment only) sets the egress proxy's CLOSE_WATCH_S: after closing a
+held call without a response the proxy waits that long for the subject's end before it
+completes the directive, and under a partition the subject's FIN is dropped, so the partition
+witness (taken once the directive completed) waits it out in full.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -24,10 +35,14 @@ from bench_runtime_primitives import summary, timed
 
 from runner.evaluator.evidence.journal import read_journal
 from runner.evaluator.evidence.records import LifecycleTransition
-from runner.evaluator.protocol.faultkinds import injected_kinds
+from runner.evaluator.protocol.faultkinds import NETWORK_PARTITION, injected_kinds
 from runner.runtime.attempt.run import RunServices, journal_name
 from runner.runtime.host import naming
+from runner.runtime.host.netns import AttemptNetwork
+from runner.runtime.host.nft import CHAIN, PartitionTable, run_nft
+from runner.runtime.host.prober import Target
 from runner.runtime.host.sweep import sweep
+from runner.runtime.interposers import proxy
 from runner.runtime.sandbox import testimage
 from runner.runtime.selftest import WITNESSED, minimal_subject, run_case
 
@@ -58,11 +73,38 @@ def bare_primitives(n: int, image: str, rid: str) -> dict[str, float]:
     return res
 
 
+def bare_cut(n: int, rid: str) -> float:
+    """`nft add rule` via the CLI + one in-namespace connect (see the module docstring)."""
+    cuts = []
+    with (
+        AttemptNetwork(rid) as net,
+        PartitionTable(rid, net.index or 0, netns=net.netns) as table,
+        socket.create_server((str(net.host_addr), 0)) as lst,
+    ):
+        host, port = lst.getsockname()
+        prober = net.prober()
+        for i in range(n):
+            rule = f"ip daddr {host} tcp dport {40000 + i} counter drop".split()
+            argv = ["add", "rule", "inet", table.name, CHAIN, *rule]
+
+            def cut(argv: list[str] = argv) -> None:
+                run_nft(argv, netns=net.netns)
+                res, _ = prober.probe([Target(host, port, 1.0)])
+                assert res[0]["reachable"], res
+
+            cuts.append(timed(cut))
+    return summary("bare `nft add rule` + 1 connect", cuts)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("-n", type=int, default=20)
     ap.add_argument("--kinds", default=",".join(k for k in injected_kinds()))
+    ap.add_argument("--close-watch", type=float, default=None, help="experiment, see above")
     args = ap.parse_args()
+    if args.close_watch is not None:
+        print(f"EXPERIMENT: proxy.CLOSE_WATCH_S {proxy.CLOSE_WATCH_S} -> {args.close_watch}")
+        proxy.CLOSE_WATCH_S = args.close_watch
     kinds = args.kinds.split(",")
     image, built = testimage.ensure_test_image()
     rid = naming.new_run_id()
@@ -71,6 +113,9 @@ def main() -> None:
     med: dict[str, float] = {}
     try:
         med |= bare_primitives(args.n, image, rid)
+        if NETWORK_PARTITION in kinds:
+            with naming.hold_run(rid):
+                med["bare_cut"] = bare_cut(args.n, rid)
         with RunServices(rid, run_dir) as services:
             for kind in kinds:
                 t2w, t2r, setup, wall, down, bad = [], [], [], [], [], 0
@@ -110,6 +155,9 @@ def main() -> None:
                 f"   teardown/bare run {med[f'{kind}.teardown'] / med['bare_run']:5.2f}"
                 f"   trigger->witness/bare run {med[f'{kind}.t2w'] / med['bare_run']:5.2f}"
             )
+        if f"{NETWORK_PARTITION}.t2w" in med:
+            ratio = med[f"{NETWORK_PARTITION}.t2w"] / med["bare_cut"]
+            print(f"{NETWORK_PARTITION:<22} trigger->witness/bare cut {ratio:5.2f}")
     finally:
         left = sweep(rid, include_live=True)
         if left.removed_anything:

@@ -110,3 +110,30 @@ def test_runtime_change_leaves_digest_alone_evaluator_change_moves_it(tmp_path: 
     target.write_bytes(target.read_bytes() + b"\n")
     assert evaluator_digest(root) != before
     assert "runner/evaluator" in decl.paths
+
+
+@needs_nix
+def test_flake_image_label_is_the_python_input_digest_of_its_own_declaration() -> None:
+    # The flake's sandbox image is declared as its own image (images/swe-lite-nix): nix computes
+    # its input digest (the label and the tag) exactly as runner/imagebuild/builder.py does.
+    from runner.imagebuild.builder import image_input_digest, image_tag
+
+    nix_dir = ROOT / "images" / "swe-lite-nix"
+    expr = f"import {ROOT / 'nix' / 'image-inputs.nix'} {{ imageDir = {nix_dir}; }}"
+    got = json.loads(_nix("nix-instantiate", "--eval", "--strict", "--json", "-E", expr))
+    assert got["digest"] == image_input_digest(nix_dir)
+    assert f"{got['name']}:{got['tag']}" == image_tag(nix_dir)
+    # It is another image than the mmdebstrap one, which the flake's function refuses to label.
+    assert got["digest"] != image_input_digest(ROOT / "images" / "swe-lite")
+    fn = ROOT / "nix" / "image-inputs.nix"
+    bad = f"(import {fn} {{ imageDir = {ROOT}/images/swe-lite; }}).digest"
+    proc = subprocess.run(["nix-instantiate", "--eval", "--strict", "-E", bad],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode != 0 and "bench images build" in proc.stderr
+
+
+def test_the_mmdebstrap_builder_refuses_the_flakes_image(tmp_path: Path) -> None:
+    from runner.imagebuild.builder import build_image
+
+    with pytest.raises(ValueError, match="built by the flake"):
+        build_image(ROOT / "images" / "swe-lite-nix", load=False, out_dir=tmp_path)

@@ -2,6 +2,9 @@
 
 - Every published bundle either re-derives byte for byte with this evaluator (REPRODUCED), or
   all of its scorecards are superseded in the registry with a replacement protocol hash.
+- Every published bundle also reproduces with its OWN evaluator: a superseded one through
+  `bench reproduce --evaluator-from-history` (the git commit whose evaluator inputs hash to the
+  bundle's digest, run from a temporary export); a one-byte change still fails, naming the field.
 - specs/swe-lite.toml is frozen: changing an evaluator input (or any rule) changes its
   protocol_hash, and this fails until the change is recorded with `bench amend`.
 - The current swe-lite protocol has a published, registered bundle: an amendment needs a new
@@ -11,6 +14,8 @@
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -96,9 +101,7 @@ def test_an_older_evaluators_scorecard_is_named_not_loaded(tmp_path: Path) -> No
     old = Path(__file__).resolve().parents[2] / "vectors/published"
     old = old / "swe-lite-20261130T105323Z-8d5a27/results/blind-retry/scorecard.json"
     assert parse_json(old.read_bytes())["schema"] == "afb.scorecard/1"
-    with pytest.raises(
-        EvidenceError, match=re.escape("'afb.scorecard/1' is not 'afb.scorecard/2'")
-    ):
+    with pytest.raises(EvidenceError, match=re.escape("'afb.scorecard/1' is not 'afb.scorecard/")):
         load_result(old)
     new = (
         sorted(
@@ -110,3 +113,65 @@ def test_an_older_evaluators_scorecard_is_named_not_loaded(tmp_path: Path) -> No
     result = CliRunner().invoke(app, ["compare", str(old), str(new), "--out", str(out)])
     assert result.exit_code == 4, result.output
     assert "afb.scorecard/1" in result.output and not out.exists()
+
+
+HAS_HISTORY = (
+    shutil.which("git") is not None
+    and subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--is-shallow-repository"],
+        capture_output=True, text=True, check=False,
+    ).stdout.strip() == "false"
+)  # fmt: skip
+needs_history = pytest.mark.skipif(not HAS_HISTORY, reason="no full git history (not a clone)")
+
+
+def _reproduce_cli(bundle: Path) -> tuple[int, str]:
+    from typer.testing import CliRunner
+
+    from runner.cli.main import app
+
+    result = CliRunner().invoke(app, ["reproduce", "--evaluator-from-history", str(bundle)])
+    return result.exit_code, result.output
+
+
+@needs_history
+@pytest.mark.parametrize("bundle", BUNDLES, ids=[b.name for b in BUNDLES])
+def test_every_published_bundle_reproduces_with_its_own_evaluator(bundle: Path) -> None:
+    code, output = _reproduce_cli(bundle)
+    assert code == 0, output
+    ours = read_protocol(bundle).identities.evaluator_digest == evaluator_digest()
+    assert ("with its own evaluator (commit" in output) is not ours, output
+    assert "REPRODUCED" in output and "NOT REPRODUCED" not in output
+
+
+def test_another_evaluators_bundle_is_named_as_such_without_the_flag() -> None:
+    from typer.testing import CliRunner
+
+    from runner.cli.main import app
+
+    other = [
+        b for b in BUNDLES if read_protocol(b).identities.evaluator_digest != evaluator_digest()
+    ]
+    if not other:
+        pytest.skip("every published bundle was made by this evaluator")
+    result = CliRunner().invoke(app, ["reproduce", str(other[0])])
+    assert result.exit_code == 3
+    assert "made by another evaluator" in result.output and "policy_hash" not in result.output
+
+
+@needs_history
+@pytest.mark.parametrize("bundle", BUNDLES, ids=[b.name for b in BUNDLES])
+def test_one_byte_changed_fails_with_its_own_evaluator_naming_file_and_field(
+    bundle: Path, tmp_path: Path
+) -> None:
+    copy = tmp_path / bundle.name
+    shutil.copytree(bundle, copy)
+    card = copy / "results" / "checkpoint" / "scorecard.json"
+    data = card.read_bytes()
+    found = re.search(rb'"cells":[0-9]', data)
+    assert found is not None
+    i = found.end() - 1
+    card.write_bytes(data[:i] + (b"9" if data[i : i + 1] != b"9" else b"8") + data[i + 1 :])
+    code, output = _reproduce_cli(copy)
+    assert code == 3, output
+    assert "results/checkpoint/scorecard.json: first differing field /" in output, output

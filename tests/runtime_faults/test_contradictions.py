@@ -55,7 +55,7 @@ def test_sandbox_pid_unchanged(services: RunServices, image: str) -> None:
 
 def test_partition_control_path_also_fails(services: RunServices, image: str) -> None:
     def factory(r: AttemptResources) -> FaultPlugin:
-        return PartitionAlsoControl(r.table, r.net.netns, r.proxy.address, r.interposer.address)
+        return PartitionAlsoControl(r.table, r.net.prober(), r.proxy.address, r.interposer.address)
 
     row, _ = run_case(services, NETWORK_PARTITION, "real", image, plugin_factory=factory)
     assert row.verdict == INVALID_INJECTION, row

@@ -32,6 +32,7 @@ from runner.runtime.faults.base import (
     Observed,
     WitnessStage,
 )
+from runner.runtime.faults.collectors import Collector, register_collector
 from runner.runtime.sandbox.base import Sandbox
 from tests.runtime_faults.conftest import _missing
 
@@ -64,6 +65,7 @@ class MarkerParams(StrictFrozen):
 class MarkerFault(FaultPlugin):
     kind = KIND
     actuator = "sandbox.put_file"
+    actuator_component = "container_runtime"  # the archive API of the container runtime
     observations = {
         "marker_before": Observed(COLLECTOR, WitnessStage.BEFORE_INJECTION),
         "marker_after": Observed(COLLECTOR, WitnessStage.AFTER_INJECTION),
@@ -80,7 +82,7 @@ class MarkerFault(FaultPlugin):
     def collect_witness(self, ctx: FaultContext, stage: WitnessStage) -> Observations:
         name = "marker_before" if stage is WitnessStage.BEFORE_INJECTION else "marker_after"
         path = str(ctx.parameters.get("path", MarkerParams().path))
-        obs: dict[str, Any] = {"collector": COLLECTOR, "path": path}
+        obs: dict[str, Any] = {"path": path}  # the engine stamps the collector identity
         try:
             r = self.sandbox.exec(["cat", path], timeout=30)
             obs |= {"present": r.exit_code == 0, "content": r.stdout.decode(errors="replace")}
@@ -94,6 +96,7 @@ def marker_kind(tmp_path: Path) -> Iterator[str]:
     contract = tmp_path / f"{KIND}.json"
     contract.write_text(json.dumps(CONTRACT))
     register_fault_kind(KIND, MarkerParams, contract=contract)
+    register_collector(Collector(COLLECTOR, "sandbox_exec", "`cat` run inside the sandbox"))
     try:
         registry.register(
             registry.FaultKindPlugin(

@@ -78,12 +78,13 @@ def run_attempt(
     phase: Phase = Phase.EFFECT_DONE,
     submits: int = 3,
     read_from: tuple[str, int] | None = None,
+    judge: WitnessContract | None = None,
 ) -> Attempt:
     engine = TriggerEngine(journal, cell_id=CELL, attempt=1)
     with EgressProxy(destination.address, sink=engine, subject_close_timeout=5) as proxy:
         plugin: FaultPlugin = make_plugin(proxy, read_from or destination.address)
         trigger = Trigger(tool="submit_patch", ordinal=2, phase=phase)
-        engine.schedule("lost-2", LOST_RESPONSE, trigger, plugin, PARAMS)
+        engine.schedule("lost-2", LOST_RESPONSE, trigger, plugin, PARAMS, judge)
         engine.arm()
         out: list[SubjectLog] = []
         t = threading.Thread(
@@ -152,6 +153,22 @@ def test_noop_actuator_is_rejected(
     assert not verdict.satisfied
     assert "zero_bytes_delivered" in verdict.violations
     assert "agent_saw_transport_failure" in verdict.violations
+
+
+def test_judged_noop_is_rejected_before_release(
+    journal: Journal, destination: DestinationService, contract: WitnessContract
+) -> None:
+    # The runtime runs the evaluator's own check on what it persisted before it releases.
+    a = run_attempt(journal, destination, noop, judge=contract)
+    assert a.types[-5:] == [
+        "witness_observation",
+        "witness_observation",
+        "lifecycle:rejected",
+        "lifecycle:released",  # a release still runs: nothing may stay held
+        "tool_calls",
+    ]
+    assert "lifecycle:witnessed" not in a.types
+    assert a.observations["destination_ledger"]["component"] == "destination"
 
 
 def test_drop_after_the_response_was_sent_contradicts(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from runner.evaluator.protocol.faultkinds import (
     SIGKILL_MID_TOOL_CALL,
 )
 from runner.evaluator.protocol.spec import Trigger
-from runner.evaluator.protocol.witness import load_contracts
+from runner.evaluator.protocol.witness import WitnessContract, load_contracts
 from runner.runtime.attempt.triggers import TriggerEngine
 from runner.runtime.faults.base import (
     CallEvent,
@@ -30,15 +31,19 @@ from runner.runtime.faults.base import (
     PluginContractError,
     WitnessStage,
     check_against_contract,
+    stamp_observations,
     validate_plugin,
 )
+from runner.runtime.faults.collectors import Collector, register_collector
 from runner.runtime.faults.lost_response import LostResponseFault
+from runner.runtime.faults.sigkill import SigkillFault
 from runner.runtime.interposers.destination import DestinationService
 from runner.runtime.interposers.proxy import EgressProxy
 from runner.runtime.interposers.tools import ToolInterposer
 from tests.runtime_interposers.conftest import CELL, LocalSandbox, effect, request
 
 WITNESSES = Path(__file__).resolve().parents[2] / "witnesses"
+register_collector(Collector("probe_collector", "probe"))
 
 
 class Probe(FaultPlugin):
@@ -46,11 +51,12 @@ class Probe(FaultPlugin):
 
     kind = SIGKILL_MID_TOOL_CALL
     actuator = "test.probe"
+    actuator_component = "test"
     observations = {"seen": Observed("probe_collector", WitnessStage.AFTER_INJECTION)}
 
     def __init__(self, directive: Directive = Directive.CONTINUE, collector: str = "") -> None:
         self.directive = directive
-        self.collector = collector or "probe_collector"
+        self.collector = collector  # a label of its own: the engine must refuse it
         self.injected: list[CallEvent] = []
         self.released = 0
 
@@ -59,7 +65,8 @@ class Probe(FaultPlugin):
         return Injection(applied=True, directive=self.directive)
 
     def collect_witness(self, ctx: FaultContext, stage: WitnessStage) -> Observations:
-        return {"seen": {"collector": self.collector, "call_id": ctx.require_event().call_id}}
+        label = {"collector": self.collector} if self.collector else {}
+        return {"seen": {**label, "call_id": ctx.require_event().call_id}}
 
     def release(self, ctx: FaultContext) -> None:
         self.released += 1
@@ -81,7 +88,7 @@ def types(journal: Journal) -> list[str]:
 
 
 def engine_with(journal: Journal, plugin: FaultPlugin, **trigger: Any) -> TriggerEngine:
-    engine = TriggerEngine(journal, cell_id=CELL, attempt=1, recovery_gate_timeout=10)
+    engine = TriggerEngine(journal, cell_id=CELL, attempt=1, witness_timeout=10)
     engine.schedule("f1", plugin.kind, Trigger(**trigger), plugin)
     engine.arm()
     return engine
@@ -272,3 +279,155 @@ def test_plugin_declarations_are_checked(journal: Journal, destination: Destinat
         engine.schedule("f", SIGKILL_MID_TOOL_CALL, trigger, Incomplete())
     with pytest.raises(ValueError, match="plugin implements"):
         engine.schedule("f", LOST_RESPONSE, trigger, Probe())
+
+
+# ---------------------------------------------- witness judged before recovery (issue 13)
+
+JUDGED = WitnessContract.model_validate(
+    {
+        "schema": "afb.witness/1",
+        "kind": SIGKILL_MID_TOOL_CALL,
+        "version": "1",
+        "description": "the probe saw its call",
+        "observations": [
+            {"name": "seen", "collector": "probe_collector", "phase": "after_injection"}
+        ],
+        "predicates": [{"id": "saw_it", "op": "eq", "left": "seen.ok", "right": {"const": True}}],
+    }
+)
+
+
+class Judged(Probe):
+    """Recovers (like sigkill); its collector reports `ok` as told."""
+
+    settles_by = "recover"
+
+    def __init__(self, ok: bool, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.ok = ok
+        self.recovered = 0
+
+    def collect_witness(self, ctx: FaultContext, stage: WitnessStage) -> Observations:
+        return {"seen": {"call_id": ctx.require_event().call_id, "ok": self.ok}}
+
+    def recover(self, ctx: FaultContext) -> None:
+        self.recovered += 1
+
+
+def judged_engine(
+    journal: Journal, plugin: FaultPlugin, stops: list[str], timeout: float = 10
+) -> TriggerEngine:
+    engine = TriggerEngine(
+        journal,
+        cell_id=CELL,
+        attempt=1,
+        witness_timeout=timeout,
+        on_reject=lambda fid, why: stops.append(f"{fid}: {why}"),
+    )
+    trigger = Trigger(tool="exec", ordinal=1, phase=Phase.RECEIVED)
+    engine.schedule("f1", plugin.kind, trigger, plugin, {}, JUDGED)
+    engine.arm()
+    return engine
+
+
+def test_a_satisfied_witness_is_recovered_from(journal: Journal) -> None:
+    probe, stops = Judged(ok=True), []
+    engine = judged_engine(journal, probe, stops)
+    engine.event("s", "exec", Phase.RECEIVED, "c1")
+    engine.finish()
+    assert types(journal)[-4:] == [
+        "witness_observation",
+        "lifecycle:witnessed",
+        "lifecycle:recovered",
+        "tool_calls",
+    ]
+    assert probe.recovered == 1 and stops == [] and engine.rejected() == []
+    (obs,) = [r for r in records(journal) if r.type == "witness_observation"]
+    # the engine, not the plugin, names the collector and its component
+    assert obs.observation["collector"] == "probe_collector"
+    assert obs.observation["component"] == "probe"
+
+
+def test_a_failed_witness_stops_the_attempt_without_recovery(journal: Journal) -> None:
+    probe, stops = Judged(ok=False), []
+    engine = judged_engine(journal, probe, stops)
+    engine.event("s", "exec", Phase.RECEIVED, "c1")
+    engine.finish()
+    t = types(journal)
+    assert "lifecycle:witnessed" not in t and "lifecycle:recovered" not in t
+    assert t[-2:] == ["lifecycle:rejected", "tool_calls"]
+    assert probe.recovered == 0 and engine.rejected() == ["f1"]
+    assert stops == ["f1: witness failed: saw_it"]
+    (rej,) = [r for r in records(journal) if getattr(r, "state", "") == "rejected"]
+    assert rej.note == "witness failed: saw_it"
+
+
+def test_a_released_fault_is_still_released_after_rejection(journal: Journal) -> None:
+    probe, stops = Judged(ok=False), []
+    probe.settles_by = "release"  # type: ignore[misc]
+    engine = judged_engine(journal, probe, stops)
+    engine.event("s", "exec", Phase.RECEIVED, "c1")
+    assert types(journal)[-2:] == ["lifecycle:rejected", "lifecycle:released"]
+    assert probe.released == 1 and len(stops) == 1
+
+
+def test_a_deferred_witness_that_never_completes_times_out_rejected(journal: Journal) -> None:
+    class Deferred(Judged):
+        witness_after_directive = True
+
+    probe, stops = Deferred(ok=True), []
+    engine = judged_engine(journal, probe, stops, timeout=0.3)
+    engine.event("s", "exec", Phase.RECEIVED, "c1")  # the interposer never calls complete()
+    t0 = time.monotonic()
+    engine.event("s", "exec", Phase.RECEIVED, "c2")  # held at most witness_timeout
+    assert time.monotonic() - t0 < 2
+    assert "lifecycle:rejected" in types(journal)
+    assert "lifecycle:recovered" not in types(journal) and probe.recovered == 0
+    assert stops == ["f1: witness timed out after 0.3 s"]
+
+
+def test_a_plugin_cannot_label_its_own_observation(journal: Journal) -> None:
+    probe, stops = Judged(ok=True, collector="tool_interposer"), []
+
+    def labelled(ctx: FaultContext, stage: WitnessStage) -> Observations:
+        return {"seen": {"collector": "tool_interposer", "ok": True}}
+
+    probe.collect_witness = labelled  # type: ignore[method-assign]
+    engine = judged_engine(journal, probe, stops)
+    engine.event("s", "exec", Phase.RECEIVED, "c1")
+    t = types(journal)
+    assert "harness_error" in t and "lifecycle:rejected" in t and "lifecycle:witnessed" not in t
+    (obs,) = [r for r in records(journal) if r.type == "witness_observation"]
+    assert obs.observation["collector"] == "probe_collector"  # persisted under the true name
+
+
+def test_sigkill_files_a_proxied_call_under_the_proxy() -> None:
+    contracts = load_contracts(WITNESSES)
+    plugin = SigkillFault(None, None, None)  # type: ignore[arg-type]
+    validate_plugin(plugin)
+    check_against_contract(plugin, contracts[SIGKILL_MID_TOOL_CALL])
+    got = {"reaper_exit": {"pid": 1}, "interposer_call": {"call_id": "c", "source": "x"}}
+    for source in ("egress_proxy", "tool_interposer"):
+        stamped, problems = stamp_observations(plugin, WitnessStage.AFTER_INJECTION, got, source)
+        assert problems == []
+        assert stamped["interposer_call"]["collector"] == source
+        assert stamped["reaper_exit"] == {"pid": 1, "collector": "reaper", "component": "reaper"}
+    # the old relabelling -- the proxy's record filed as the tool interposer's -- is refused
+    relabelled = {**got, "interposer_call": {"collector": "tool_interposer"}}
+    _, problems = stamp_observations(
+        plugin, WitnessStage.AFTER_INJECTION, relabelled, "egress_proxy"
+    )
+    assert problems and "engine assigns 'egress_proxy'" in problems[0]
+
+
+def test_a_contract_can_require_a_collector_other_than_the_actuator() -> None:
+    contracts = load_contracts(WITNESSES)
+
+    class SelfWitnessingKill(SigkillFault):
+        actuator_component = "reaper"  # the same component the reaper collector reads
+
+    with pytest.raises(PluginContractError, match="independently of the actuator"):
+        check_against_contract(
+            SelfWitnessingKill(None, None, None),  # type: ignore[arg-type]
+            contracts[SIGKILL_MID_TOOL_CALL],
+        )

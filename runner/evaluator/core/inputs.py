@@ -3,6 +3,11 @@
 The digest is derived from the files themselves, never from a version string the running process
 reports: NAR-style SHA-256 over the declared paths, so `nix hash path` over an export of the same
 paths (see `export_inputs`) gives the same hex.
+
+Where the project's data lives (evaluator-inputs.json, images/, specs/, witnesses/): `AFB_ROOT`
+when set (an installed `bench`: the Nix wrapper and images set it to a store copy), else the
+checkout this package sits in. An installed package whose evaluator code differs from the one
+under `AFB_ROOT` is refused: the digest would describe other code than the code that runs.
 """
 
 from __future__ import annotations
@@ -14,9 +19,13 @@ from pathlib import Path
 
 from .canonical import parse_json
 from .errors import InputError
-from .nar import VirtualTree, nar_sha256_virtual
+from .nar import VirtualTree, nar_sha256, nar_sha256_virtual
 
 DECLARATION = "evaluator-inputs.json"
+ROOT_ENV = "AFB_ROOT"
+# The package's own files, compared with the root's when the package is installed elsewhere.
+_PACKAGE = Path(__file__).resolve().parents[2]  # .../runner
+_CODE = ("runner/__init__.py", "runner/evaluator")
 
 
 @dataclass(frozen=True)
@@ -30,8 +39,43 @@ class InputsDeclaration:
 
 
 def project_root() -> Path:
-    """The checkout that holds this package (where evaluator-inputs.json lives)."""
-    return Path(__file__).resolve().parents[3]
+    """`AFB_ROOT` if set, else the checkout that holds this package; an InputError otherwise."""
+    given = os.environ.get(ROOT_ENV)
+    if given:
+        root = Path(given).absolute()
+        if not (root / DECLARATION).is_file():
+            raise InputError(
+                f"{ROOT_ENV}={given} holds no {DECLARATION}: point it at a checkout of "
+                "agent-fault-bench (or the copy the Nix wrapper names)",
+                key=ROOT_ENV,
+            )
+        return root
+    here = _PACKAGE.parent
+    if (here / DECLARATION).is_file():
+        return here
+    raise InputError(
+        f"bench is installed without its project data ({here} holds no {DECLARATION}, no images/, "
+        f"specs/ or witnesses/): set {ROOT_ENV} to a checkout of agent-fault-bench",
+        key=ROOT_ENV,
+    )
+
+
+def check_running_code(root: Path, decl: InputsDeclaration) -> None:
+    """Refuse when the running evaluator package is not byte-identical to the one under `root`
+    (checked for the running root only: another tree's digest is just that tree's)."""
+    given = os.environ.get(ROOT_ENV)
+    if _PACKAGE.parent == root.resolve() or not given or Path(given).resolve() != root.resolve():
+        return
+    for rel in _CODE:
+        ours, theirs = _PACKAGE.parent / rel, root / rel
+        if not os.path.lexists(theirs) or nar_sha256(ours, decl.include) != nar_sha256(
+            theirs, decl.include
+        ):
+            raise InputError(
+                f"the running evaluator ({ours}) differs from {theirs}: evaluator_digest would "
+                f"describe other code; set {ROOT_ENV} to the tree this bench was installed from",
+                key=ROOT_ENV,
+            )
 
 
 def load_declaration(root: Path) -> InputsDeclaration:
@@ -81,8 +125,10 @@ def _tree(root: Path, decl: InputsDeclaration) -> VirtualTree:
 
 
 def evaluator_digest(root: Path | None = None) -> str:
+    """The digest of `root`'s declared inputs; by default of the running evaluator's own root."""
     root = root or project_root()
     decl = load_declaration(root)
+    check_running_code(root, decl)
     return "sha256:" + nar_sha256_virtual(_tree(root, decl), decl.include)
 
 

@@ -85,7 +85,6 @@ class _StreamedEvidence(LoadedEvidence):
     """A run directory's evidence: run-level journals read now, attempt journals streamed."""
 
     def __init__(self, store: EvidenceStore) -> None:
-        self._store = store
         self._leaves: EvidenceRoot | None = EvidenceRoot()
         self._attempt_paths: list[Path] = []
         env: list[EnvironmentRecorded] = []

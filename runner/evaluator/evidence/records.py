@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, TypeAdapter
+from pydantic import Field, SerializerFunctionWrapHandler, TypeAdapter, model_serializer
 
 from runner.evaluator.core.types import Digest, Frozen, Phase
 from runner.evaluator.protocol.faultkinds import FaultKind
@@ -53,10 +53,21 @@ class TriggerReached(AttemptRef):
     phase: Phase
 
 
-Lifecycle = Literal["scheduled", "armed", "injected", "witnessed", "recovered", "released"]
+Lifecycle = Literal[
+    "scheduled", "armed", "injected", "witnessed", "recovered", "released", "rejected"
+]
 
 
 class LifecycleTransition(AttemptRef):
+    """One step of a fault's lifecycle, written by the trigger engine, in this order:
+
+    scheduled -> armed (before the subject starts) -> injected -> witnessed (the runtime's own
+    run of the evaluator's witness check passed on the persisted observations) -> recovered |
+    released. A fault whose trigger is never reached stops at armed. `rejected` replaces
+    `witnessed` when that check failed or timed out: nothing is recovered after it (a release
+    may follow, so that nothing stays held) and the attempt is stopped.
+    """
+
     type: Literal["lifecycle"] = "lifecycle"
     fault_id: str
     state: Lifecycle
@@ -70,12 +81,28 @@ class ActuatorReceipt(AttemptRef):
     fault_id: str
     kind: FaultKind
     actuator: str
+    component: str = Field(
+        default="", description="the runtime component the actuator acted through"
+    )
     applied: bool
     detail: dict[str, Any] = Field(default_factory=dict)
 
+    @model_serializer(mode="wrap")
+    def _v1_shape_when_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # `component` came with evaluator v2: left out when unset, so v1 journals (written
+        # without it) keep their written form and can be regraded.
+        body: dict[str, Any] = handler(self)
+        if not body.get("component"):
+            body.pop("component", None)
+        return body
+
 
 class WitnessObservation(AttemptRef):
-    """What an independent collector observed; `observation` must carry its `collector`."""
+    """What an independent collector observed.
+
+    `observation.collector` and `observation.component` are stamped by the trigger engine from
+    its registry of collectors (runner/runtime/faults/collectors.py), never by the plugin.
+    """
 
     type: Literal["witness_observation"] = "witness_observation"
     fault_id: str
@@ -118,7 +145,13 @@ class GraderResult(AttemptRef):
 
 class AttemptEnded(AttemptRef):
     type: Literal["attempt_ended"] = "attempt_ended"
-    outcome: Literal["subject_finished", "subject_gave_up", "harness_error", "trigger_not_reached"]
+    outcome: Literal[
+        "subject_finished",
+        "subject_gave_up",
+        "harness_error",
+        "trigger_not_reached",
+        "injection_rejected",  # the runtime's witness check failed: stopped, not recovered
+    ]
     trigger_reached: bool
     wall_ns: NsTime
     detail: str = ""

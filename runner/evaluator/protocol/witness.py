@@ -1,7 +1,9 @@
 """Witness contracts: declarative, per fault kind, hashed into the protocol (files in witnesses/).
 
 A contract names the observations an independent collector must have persisted, and predicates
-over them. The runtime only collects; `evaluate_witness` decides. A collector that silently
+over them. The runtime collects and, before it releases or recovers, runs `evaluate_witness`
+itself on what it persisted (`until="after_injection"`); the evaluator runs it again on the
+journal and decides. A collector that silently
 no-ops yields observations that fail a predicate, so the cell is INVALID_INJECTION, never a pass.
 """
 
@@ -10,7 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 from runner.evaluator.core.canonical import digest, parse_json
 from runner.evaluator.core.errors import InputError
@@ -65,6 +74,30 @@ class ObservationRequirement(Frozen):
     collector: str = Field(description="the independent observer that must write it")
     phase: Literal["before_injection", "after_injection", "after_release"]
     description: str = ""
+    alternative_collectors: list[str] = Field(
+        default_factory=list,
+        description="other collectors that may write it instead (e.g. the call record of "
+        "whichever interposer carried the triggering call); the engine, not the plugin, says which",
+    )
+    independent_of_actuator: bool = Field(
+        default=False,
+        description="the collector's runtime component (stamped by the engine as "
+        "`observation.component`) must differ from the actuator's (the receipt's `component`)",
+    )
+
+    @property
+    def collectors(self) -> frozenset[str]:
+        return frozenset([self.collector, *self.alternative_collectors])
+
+    @model_serializer(mode="wrap")
+    def _v1_shape_when_unused(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Fields added in v2 are left out at their defaults, so a contract that does not use
+        # them keeps its v1 bytes and hash (run protocols written before them stay canonical).
+        body: dict[str, Any] = handler(self)
+        for key in ("alternative_collectors", "independent_of_actuator"):
+            if not body.get(key):
+                body.pop(key, None)
+        return body
 
 
 class WitnessContract(Frozen):
@@ -119,21 +152,50 @@ def _compare(op: str, left: Any, right: Any) -> bool:
     )
 
 
+_PHASES = ("before_injection", "after_injection", "after_release")
+
+
 def evaluate_witness(
-    contract: WitnessContract, observations: dict[str, Any], parameters: dict[str, Any]
+    contract: WitnessContract,
+    observations: dict[str, Any],
+    parameters: dict[str, Any],
+    *,
+    actuator_component: str | None = None,
+    until: Literal["before_injection", "after_injection", "after_release"] = "after_release",
 ) -> WitnessVerdict:
-    """Observations (by name) + fault parameters -> satisfied, or violated with reason codes."""
+    """Observations (by name) + fault parameters -> satisfied, or violated with reason codes.
+
+    `actuator_component` is the receipt's `component`: an observation whose contract requires
+    independence must name another, non-empty component (None: not judged -- a caller holding
+    observations without their receipt). `until` judges only the observations due by that
+    phase and the predicates over them alone: the runtime runs this with
+    `until="after_injection"` before it releases or recovers (after-release observations cannot
+    exist yet); the evaluator judges the whole contract.
+    """
+    due = {o.name for o in contract.observations if _PHASES.index(o.phase) <= _PHASES.index(until)}
     violations: list[str] = []
     for req in sorted(contract.observations, key=lambda o: o.name):
+        if req.name not in due:
+            continue
         obs = observations.get(req.name)
         if not isinstance(obs, dict):
             violations.append(f"missing_observation:{req.name}")
-        elif obs.get("collector") != req.collector:
+            continue
+        if obs.get("collector") not in req.collectors:
             violations.append(f"wrong_collector:{req.name}")
+        component = obs.get("component")
+        if (
+            req.independent_of_actuator
+            and actuator_component is not None
+            and (not isinstance(component, str) or component in ("", actuator_component))
+        ):
+            violations.append(f"collector_not_independent:{req.name}")
     scope = {**observations, "fault": parameters}
     for p in contract.predicates:
         if p.when is not None and parameters.get(p.when.parameter, _MISSING) != p.when.equals:
             continue
+        if not _names(p) <= due | {"fault"}:
+            continue  # judged later, once its observations are due
         left = _lookup(scope, p.left)
         if p.op == "present":
             ok = left is not _MISSING and left is not None
@@ -148,6 +210,11 @@ def evaluate_witness(
         if not ok:
             violations.append(p.id)
     return WitnessVerdict(kind=contract.kind, satisfied=not violations, violations=violations)
+
+
+def _names(p: Predicate) -> set[str]:
+    paths = [p.left, p.right.path if isinstance(p.right, PathOperand) else None]
+    return {path.split(".")[0] for path in paths if path is not None}
 
 
 def load_contracts(directory: Path) -> dict[FaultKind, WitnessContract]:

@@ -33,6 +33,7 @@ from runner.evaluator.protocol.identities import SCHEMA_VERSIONS, policy_body
 from runner.evaluator.protocol.runfile import PROTOCOL_FILE, RunProtocol, read_protocol
 from runner.evaluator.verdict.eligibility import NO_ENVIRONMENT, evaluate_run
 
+from .attest import images_of
 from .results import RESULTS, EnvironmentHook, SubjectResult, paused_gc, render_results
 
 REGRADE_FILE = "regrade.json"
@@ -138,7 +139,8 @@ def regrade(
                 )
         derived = {s: h for s, (h, _) in old.items() if s in evaluations}
         artifacts = [f"{JOURNALS}/{p.name}" for p in store.journal_paths()] + [PROTOCOL_FILE]
-        results, files = render_results(rp, evaluations, artifacts, env, derived)
+        images = images_of(evidence, store)
+        results, files = render_results(rp, evaluations, artifacts, env, derived, images)
         record = {
             "schema": REGRADE_SCHEMA,
             "source": str(source),

@@ -17,7 +17,7 @@ from runner.evaluator.core.canonical import canonical_bytes, parse_json
 from runner.evaluator.core.errors import EvidenceError
 from runner.evaluator.verdict.outcomes import TerminalRecord
 
-from .results import RESULTS, EnvironmentHook, derive, verify
+from .results import DERIVED_VIEWS, RESULTS, EnvironmentHook, derive, verify
 
 
 def first_difference(a: Any, b: Any, path: str = "") -> str | None:
@@ -71,9 +71,9 @@ def reproduce(
     except EvidenceError as exc:
         return [*problems, str(exc)] if str(exc) not in problems else problems
     published = {
-        str(p.relative_to(bundle)): p.read_bytes()
+        rel: p.read_bytes()
         for p in (bundle / RESULTS).rglob("*")
-        if p.is_file()
+        if p.is_file() and (rel := str(p.relative_to(bundle))) not in DERIVED_VIEWS
     }
     if not published:
         problems.append(f"{RESULTS}/: the bundle publishes no result")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 import os
 import shutil
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +36,7 @@ from runner.evaluator.verdict.eligibility import (
     evaluate_run,
 )
 
+from .attest import Image, images_of, statements
 from .build import build_scorecard, incomplete_report
 from .compare import build, comparison_md, gate, needs_conformance
 from .models import (
@@ -47,6 +48,9 @@ from .models import (
 from .render import report_md, scorecard_md
 
 RESULTS = "results"
+# Derived views (runner/report) written beside the results: built from them, bound by nothing,
+# and not re-derived here; verify and reproduce pass over exactly these two paths.
+DERIVED_VIEWS = frozenset({f"{RESULTS}/report.html", f"{RESULTS}/junit.xml"})
 EnvironmentHook = Callable[[RunProtocol, LoadedEvidence, EvidenceStore], EnvironmentCheck]
 
 
@@ -96,7 +100,7 @@ def _derive(
     env = environment(rp, evidence, store) if environment else NO_ENVIRONMENT
     evaluations = evaluate_run(rp, evidence, evaluator_digest, env)
     artifacts = [f"{JOURNALS}/{p.name}" for p in store.journal_paths()] + [PROTOCOL_FILE]
-    out, files = render_results(rp, evaluations, artifacts, env)
+    out, files = render_results(rp, evaluations, artifacts, env, images=images_of(evidence, store))
     return rp, out, files
 
 
@@ -106,6 +110,7 @@ def render_results(
     artifacts: list[str],
     env: EnvironmentCheck = NO_ENVIRONMENT,
     derived_from: Mapping[str, str] | None = None,
+    images: Sequence[Image] = (),
 ) -> tuple[dict[str, SubjectResult], dict[str, bytes]]:
     """Publication of decided subjects: per-subject results and the files (path -> bytes).
 
@@ -113,7 +118,7 @@ def render_results(
     carries, [comparison] the rules each scorecard carries and the in-run comparison applies,
     [publication].outputs the formats (JSON always: the gate, the registry and verify read it;
     Markdown only when listed). `derived_from` (subject -> old scorecard hash) is set by a
-    regrade only.
+    regrade only. Each scorecard gets its in-toto statement (attest.py), naming `images`.
     """
     spec = rp.spec()
     markdown = "markdown" in spec.publication.outputs
@@ -147,6 +152,8 @@ def render_results(
             out[subject] = SubjectResult(ev, None, rep)
     if env.proof is not None:
         files[f"{RESULTS}/environment-conformance.json"] = canonical_bytes(env.proof) + b"\n"
+    published = [(f"{RESULTS}/{s}/", r.scorecard) for s, r in out.items() if r.scorecard]
+    files.update(statements(files, published, images))
     cards = [r.scorecard for r in out.values() if r.scorecard is not None]
     if len(cards) >= 2 and not gate(cards):
         # Subjects of one run share one environment record: its conformance proof is theirs,
@@ -198,7 +205,9 @@ def verify(
     results = run_dir / RESULTS
     if results.exists():
         on_disk = {
-            str(p.relative_to(run_dir)): p.read_bytes() for p in results.rglob("*") if p.is_file()
+            rel: p.read_bytes()
+            for p in results.rglob("*")
+            if p.is_file() and (rel := str(p.relative_to(run_dir))) not in DERIVED_VIEWS
         }
         for rel in sorted(set(on_disk) | set(files)):
             if rel not in files:

@@ -24,12 +24,12 @@ from runner.evaluator.core.types import Frozen, Status
 from runner.evaluator.evidence.hashing import jsonl_hash, terminal_line
 from runner.evaluator.evidence.loading import LoadedEvidence
 from runner.evaluator.protocol.faultkinds import NO_FAULT
-from runner.evaluator.protocol.matrix import Slot, stratum_key
+from runner.evaluator.protocol.matrix import stratum_key
 from runner.evaluator.protocol.runfile import RunProtocol, consistency_problems
 
 from . import reasons as R
 from .outcomes import TerminalRecord
-from .terminals import TerminalSpill
+from .terminals import TerminalSpill, registered_cells
 
 PROOF_SCHEMA = "afb.proof/3"
 # Final subject outcomes: a cell with one of these is accounted for.
@@ -168,17 +168,10 @@ def evaluate_run(
     env_proof, env_hash, env_reasons, _ = environment_check
     run_reasons += env_reasons
 
-    registered: dict[str, tuple[str, Slot]] = {}
-    for subject_id, shash in sorted(ids.subject_config_hashes.items()):
-        for slot in rp.slots:
-            registered[_cell_id(slot.slot_id, shash)] = (subject_id, slot)
-    cells = sorted(registered.items())  # one sort for every subject: cell-id order
-    del registered
-
     # Streams the evidence one cell at a time; its root and any unregistered cell are known
     # only at the end, so the terminal records wait in a spill file (see verdict/terminals.py).
     out: dict[str, SubjectEvaluation] = {}
-    with TerminalSpill.derive(rp, evidence, cells) as spill:
+    with TerminalSpill.derive(rp, evidence, registered_cells(rp)) as spill:
         if spill.unregistered:
             run_reasons.append(R.UNREGISTERED_CELL)
         for subject_id, shash in sorted(ids.subject_config_hashes.items()):

@@ -142,18 +142,63 @@ def _witness(
         if o.name in by_name and by_name[o.name] != o.observation:
             reasons.append(R.qualified(R.CONTRADICTORY_OBSERVATION, o.name))
         by_name[o.name] = o.observation
-    verdict = evaluate_witness(contract, by_name, params)
+    component = receipt.component if receipt is not None else ""
+    verdict = evaluate_witness(contract, by_name, params, actuator_component=component)
     reasons += [R.qualified(R.WITNESS, v) for v in verdict.violations]
-    states = {state: (j, seq) for j, seq, state in sorted(a.lifecycle)}
-    for needed in ("injected", "witnessed"):
-        if needed not in states:
-            reasons.append(R.qualified(R.MISSING_LIFECYCLE, needed))
-    if "witnessed" in states:
-        w = states["witnessed"]
-        for later in ("recovered", "released"):
-            if later in states and states[later][0] == w[0] and states[later][1] < w[1]:
-                reasons.append(R.RECOVERY_BEFORE_WITNESS)
+    reasons += _lifecycle(a, reached=True)
     return sorted(set(reasons))
+
+
+_SETTLED = ("recovered", "released")
+# (earlier, later, code): when both are in one journal, `later` must come after `earlier`.
+_ORDER = (
+    ("scheduled", "armed", R.ARM_BEFORE_SCHEDULE),
+    ("armed", "injected", R.INJECTION_BEFORE_ARM),
+    ("injected", "witnessed", R.WITNESS_BEFORE_INJECTION),
+    ("injected", "rejected", R.WITNESS_BEFORE_INJECTION),
+    ("witnessed", "recovered", R.RECOVERY_BEFORE_WITNESS),
+    ("witnessed", "released", R.RECOVERY_BEFORE_WITNESS),
+    ("rejected", "released", R.RECOVERY_BEFORE_WITNESS),
+)
+
+
+def _lifecycle(a: _Attempt, reached: bool) -> list[str]:
+    """Reason codes against the lifecycle scheduled -> armed -> injected -> witnessed ->
+    recovered | released (`rejected` in place of `witnessed`: the runtime's witness check failed,
+    nothing recovered). Unreached trigger: scheduled -> armed, nothing after.
+
+    Positions are (journal, seq), so the order records arrive in never matters; two states are
+    ordered only when one journal holds both (seq is per journal).
+    """
+    reasons: list[str] = []
+    at: dict[str, tuple[str, int]] = {}
+    for j, seq, state in sorted(set(a.lifecycle)):
+        if state in at:
+            reasons.append(R.qualified(R.LIFECYCLE_REPEATED, state))
+        else:
+            at[state] = (j, seq)
+    needed = ["scheduled", "armed"]
+    if reached:
+        needed.append("injected")
+        if "rejected" not in at:
+            needed.append("witnessed")
+    reasons += [R.qualified(R.MISSING_LIFECYCLE, s) for s in needed if s not in at]
+    if not reached:
+        past = sorted(s for s in at if s not in ("scheduled", "armed"))
+        reasons += [R.qualified(R.LIFECYCLE_WITHOUT_TRIGGER, s) for s in past]
+    for earlier, later, code in _ORDER:
+        e, lt = at.get(earlier), at.get(later)
+        if e is not None and lt is not None and e[0] == lt[0] and lt[1] < e[1]:
+            reasons.append(code)
+    if "rejected" in at:
+        reasons.append(R.WITNESS_REJECTED)
+        if "witnessed" in at:
+            reasons.append(R.WITNESSED_AND_REJECTED)
+        if "recovered" in at:
+            reasons.append(R.RECOVERY_AFTER_REJECTION)
+    elif reached and "witnessed" in at and not any(s in at for s in _SETTLED):
+        reasons.append(R.qualified(R.MISSING_LIFECYCLE, "settled"))
+    return reasons
 
 
 def attempt_status(
@@ -182,6 +227,9 @@ def attempt_status(
                 return Status.INVALID_INJECTION, [R.TRIGGER_RECORD_MISSING]
             if a.receipts or a.observations:
                 return Status.INVALID_INJECTION, [R.INJECTION_WITHOUT_TRIGGER]
+            unarmed = _lifecycle(a, reached=False)
+            if unarmed:  # an unreached fault that was not (only) scheduled and armed
+                return Status.INVALID_INJECTION, sorted(set(unarmed))
             if grade is not None and grade.completed:
                 return Status.SCENARIO_MISMATCH, [R.COMPLETED_WITHOUT_REACHING_TRIGGER]
             return Status.SUBJECT_PRE_TRIGGER_FAILURE, [R.FAILED_BEFORE_TRIGGER]

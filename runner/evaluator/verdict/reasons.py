@@ -6,9 +6,10 @@ value here never changes. A code about one thing (a stratum, an observation, a r
 
 Codes decided elsewhere are catalogued beside their checks and pass through verbatim:
 payload-shape codes in evidence/shape.py (inside `shape_check_failed` reasons), witness
-predicate ids and `missing_observation:` / `wrong_collector:` in protocol/witness.py (behind
-`witness:`), environment conformance codes in environment/conformance.py (behind
-`environment:`), and a harness error's own `stage` beside `harness_error`.
+predicate ids and `missing_observation:` / `wrong_collector:` / `collector_not_independent:` in
+protocol/witness.py (behind `witness:`), environment conformance codes in
+environment/conformance.py (behind `environment:`), and a harness error's own `stage` beside
+`harness_error`.
 """
 
 from __future__ import annotations
@@ -44,8 +45,17 @@ ACTUATOR_NOT_APPLIED = "actuator_not_applied"
 OBSERVATION_OF_OTHER_KIND = "observation_of_other_kind"
 CONTRADICTORY_OBSERVATION = "contradictory_observation"  # :<observation name>
 WITNESS = "witness"  # :<witness contract violation>
-MISSING_LIFECYCLE = "missing_lifecycle"  # :injected | :witnessed
-RECOVERY_BEFORE_WITNESS = "recovery_before_witness"
+# the fault lifecycle (outcomes._lifecycle): order is by seq inside one journal
+MISSING_LIFECYCLE = "missing_lifecycle"  # :scheduled | :armed | :injected | :witnessed | :settled
+RECOVERY_BEFORE_WITNESS = "recovery_before_witness"  # recovered or released before witnessed
+LIFECYCLE_REPEATED = "lifecycle_repeated"  # :<state>, written more than once
+ARM_BEFORE_SCHEDULE = "arm_before_schedule"
+INJECTION_BEFORE_ARM = "injection_before_arm"
+WITNESS_BEFORE_INJECTION = "witness_before_injection"  # witnessed or rejected before injected
+WITNESSED_AND_REJECTED = "witnessed_and_rejected"
+WITNESS_REJECTED = "witness_rejected"  # the runtime's own witness check failed or timed out
+RECOVERY_AFTER_REJECTION = "recovery_after_rejection"
+LIFECYCLE_WITHOUT_TRIGGER = "lifecycle_without_trigger"  # :<state> past armed, trigger unreached
 
 # ------------------------------------------------------------ one cell (outcomes.terminal_record)
 

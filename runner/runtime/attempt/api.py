@@ -105,7 +105,13 @@ class AttemptPlan:
 
 @dataclass(frozen=True)
 class AttemptResult:
-    outcome: Literal["subject_finished", "subject_gave_up", "harness_error", "trigger_not_reached"]
+    outcome: Literal[
+        "subject_finished",
+        "subject_gave_up",
+        "harness_error",
+        "trigger_not_reached",
+        "injection_rejected",
+    ]
     trigger_reached: bool
     wall_ns: int
     tool_calls: Mapping[str, int]

@@ -4,9 +4,12 @@ Per attempt: netns + veth + nft table, sandbox, destination (127.0.0.1, unreacha
 subject's namespace), tool interposer and egress proxy bound on the veth's host-side address
 (the only things the subject can reach), the trigger engine over the attempt's journal with the
 plan's fault plugin, then the subject (as `nobody`, relaunched when a fault's recovery asks),
-`engine.finish()`, the grade, and `AttemptEnded`. Any infrastructure exception becomes a
-`HarnessError` + `AttemptEnded(outcome="harness_error")`; teardown removes exactly what the
-attempt created, also on exceptions. See `attempt_api` for the contract.
+`engine.finish()`, the grade, and `AttemptEnded`. When the engine rejects the witness (its own
+run of the evaluator's check failed or timed out) the attempt stops short of recovery: the
+subject is never relaunched, nothing is graded, and the attempt ends `injection_rejected`. Any
+infrastructure exception becomes a `HarnessError` + `AttemptEnded(outcome="harness_error")`;
+teardown removes exactly what the attempt created, also on exceptions. See `attempt_api` for
+the contract.
 """
 
 from __future__ import annotations
@@ -72,8 +75,14 @@ LEDGER_SHAPE = ShapeCheck(
     items_path="items",
     item_scope_field="scope",
 )
-Outcome = Literal["subject_finished", "subject_gave_up", "harness_error", "trigger_not_reached"]
-RELAUNCH_DECISION_TIMEOUT = 60.0  # bounded by the engine's own gate (30 s) + collection
+Outcome = Literal[
+    "subject_finished",
+    "subject_gave_up",
+    "harness_error",
+    "trigger_not_reached",
+    "injection_rejected",
+]
+RELAUNCH_DECISION_TIMEOUT = 60.0  # bounded by the engine's witness timeout (10 s) + collection
 
 
 class AttemptError(RuntimeError):
@@ -365,7 +374,9 @@ class _Attempt:
         dest = DestinationService(self._ledger_path(), idempotency_keys=p.idempotency_keys)
         st.callback(dest.stop)
         dest.start()
-        engine = TriggerEngine(self.journal, cell_id=p.cell_id, attempt=p.attempt)
+        engine = TriggerEngine(
+            self.journal, cell_id=p.cell_id, attempt=p.attempt, on_reject=self._stop
+        )
         self.engine = engine
         host = str(net.host_addr)
         interposer = ToolInterposer(sandbox, sink=engine, host=host)
@@ -396,16 +407,21 @@ class _Attempt:
             plugin = self.factory(res)
             if p.actuator == "noop":
                 plugin = plugin.noop()
-            check_against_contract(plugin, s.contracts[p.kind])
+            contract = s.contracts[p.kind]
+            check_against_contract(plugin, contract)
             if p.trigger is None:
                 raise AttemptError("schedule", f"fault {p.fault_id} ({p.kind}) has no trigger")
-            engine.schedule(p.fault_id, p.kind, p.trigger, plugin, p.parameters)
+            engine.schedule(p.fault_id, p.kind, p.trigger, plugin, p.parameters, contract)
         engine.arm()
         self.started_record()
         self.stage = "subject"
         last = self._run_subject()
         self.stage = "finish"
         self.tool_calls = engine.finish()
+        if engine.rejected():
+            self.outcome = "injection_rejected"  # nothing to grade: the fault never held
+            self.stage = "done"
+            return
         if p.kind != NO_FAULT and not engine.reached:
             self.outcome = "trigger_not_reached"
         elif last.exited and last.exit_code == 0:
@@ -421,6 +437,16 @@ class _Attempt:
         )
         self._grade(p.grade(ctx))
         self.stage = "done"
+
+    def _stop(self, fault_id: str, why: str) -> None:
+        """The engine rejected `fault_id`'s witness: the subject is never relaunched.
+
+        A subject still running is not killed: its own after-release evidence (a stale session
+        failing, a probe after the release) is collected as for a witnessed fault, and the
+        evaluator judges the whole contract; the attempt is not graded either way.
+        """
+        if self.registry is not None:
+            self.registry.decline_relaunch(f"{fault_id}: {why}")
 
     def _run_subject(self) -> ExitStatus:
         p, reg = self.plan, self.registry
@@ -443,6 +469,8 @@ class _Attempt:
                     ) from None
                 self._exit_record(status, subject.identity.start_time, restart_index)
                 again = reg.relaunch_requested(RELAUNCH_DECISION_TIMEOUT)
+                if self.engine is not None and self.engine.rejected():
+                    return status  # stopped without recovery
                 if again is None:
                     raise AttemptError("recover", "no recovery decision after the subject died")
                 if not again or restart_index >= p.subject.max_relaunches:

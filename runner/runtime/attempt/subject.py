@@ -102,6 +102,13 @@ class SubjectRegistry:
             self.reasons.append(reason)
             self._lock.notify_all()
 
+    def decline_relaunch(self, reason: str) -> None:
+        """The fault was not witnessed: the attempt stops, the subject is not relaunched."""
+        with self._lock:
+            self._pending, self._relaunch = False, False
+            self.reasons.append(reason)
+            self._lock.notify_all()
+
     def relaunch_requested(self, timeout: float) -> bool | None:
         """After an exit: True to relaunch, False not; None when a pending decision timed out."""
         with self._lock:

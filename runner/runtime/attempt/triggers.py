@@ -5,15 +5,18 @@ all tools for "*" triggers); they continue across subject restarts because the e
 the subject. A fault fires exactly once, at the first event matching its (tool, ordinal,
 phase); the lifecycle it then drives is described in `runner.runtime.faults.base`.
 
-While a fired fault is not yet witnessed, new calls wait at `received` (bounded): whatever the
-subject does next is recovery, and recovery must not start before the witness is durable.
+While a fired fault is not yet witnessed, new calls wait at `received`: whatever the subject
+does next is recovery, and recovery must not start before the witness is durable and judged.
+The wait is bounded by `witness_timeout`; a witness that does not arrive in time, or that the
+evaluator's own check (`evaluate_witness`, up to the after-injection observations) rejects, ends
+the fault `rejected`: never recovered, and `on_reject` stops the attempt (INVALID_INJECTION).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -30,6 +33,7 @@ from runner.evaluator.evidence.records import (
 )
 from runner.evaluator.protocol.faultkinds import FaultKind
 from runner.evaluator.protocol.spec import Trigger
+from runner.evaluator.protocol.witness import WitnessContract, evaluate_witness
 from runner.runtime.faults.base import (
     CallEvent,
     Directive,
@@ -37,7 +41,8 @@ from runner.runtime.faults.base import (
     FaultPlugin,
     Injection,
     WitnessStage,
-    check_observations,
+    check_against_contract,
+    stamp_observations,
     validate_plugin,
 )
 
@@ -99,11 +104,15 @@ class _Fault:
     trigger: Trigger
     parameters: dict[str, Any]
     plugin: FaultPlugin
+    contract: WitnessContract | None = None
     fired: bool = False
     ctx: FaultContext | None = None
-    witnessed: bool = False
+    rejected: bool = False
     settled: bool = False
     after_release_done: bool = False
+    observed: dict[str, dict[str, Any]] = field(default_factory=dict)  # as persisted, by name
+    collection_failed: bool = False
+    timer: threading.Timer | None = None
 
 
 @dataclass
@@ -123,12 +132,14 @@ class TriggerEngine:
         *,
         cell_id: str,
         attempt: int,
-        recovery_gate_timeout: float = 30.0,
+        witness_timeout: float = 10.0,
+        on_reject: Callable[[str, str], None] | None = None,
     ) -> None:
         self.journal = journal
         self.cell_id = cell_id
         self.attempt = attempt
-        self.recovery_gate_timeout = recovery_gate_timeout
+        self.witness_timeout = witness_timeout
+        self.on_reject = on_reject  # (fault_id, why): stop the attempt, without recovery
         self._lock = threading.Lock()
         self._fire_lock = threading.RLock()  # one handler at a time: faults never interleave
         self._gate = threading.Condition()
@@ -159,18 +170,27 @@ class TriggerEngine:
         trigger: Trigger | Mapping[str, Any],
         plugin: FaultPlugin,
         parameters: Mapping[str, Any] | None = None,
+        contract: WitnessContract | None = None,
     ) -> None:
-        """Register one fault of the cell's resolved schedule (lifecycle `scheduled`)."""
+        """Register one fault of the cell's resolved schedule (lifecycle `scheduled`).
+
+        With a `contract` the engine judges the witness before it recovers (the runtime always
+        passes one; without, only the collection itself must succeed -- engine unit tests).
+        """
         validate_plugin(plugin)
         if plugin.kind != kind:
             raise ValueError(f"fault {fault_id} is {kind}, plugin implements {plugin.kind}")
+        if contract is not None:
+            check_against_contract(plugin, contract)
         trig = trigger if isinstance(trigger, Trigger) else Trigger.model_validate(dict(trigger))
         with self._lock:
             if self._armed:
                 raise RuntimeError("schedule() after arm()")
             if any(f.fault_id == fault_id for f in self._faults):
                 raise ValueError(f"fault {fault_id} scheduled twice")
-            self._faults.append(_Fault(fault_id, kind, trig, dict(parameters or {}), plugin))
+            self._faults.append(
+                _Fault(fault_id, kind, trig, dict(parameters or {}), plugin, contract)
+            )
         self._life(fault_id, "scheduled", f"{plugin.variant} {plugin.actuator}")
 
     def arm(self) -> None:
@@ -224,6 +244,12 @@ class TriggerEngine:
             for f, _ in injections:
                 if not f.plugin.witness_after_directive:
                     self._witness_and_settle(f)
+                else:  # the interposer must complete in time, or the fault is rejected
+                    f.timer = threading.Timer(
+                        self.witness_timeout, self._witness_and_settle, [f, True]
+                    )
+                    f.timer.daemon = True
+                    f.timer.start()
         directive = max((i.directive for _, i in injections), key=lambda d: d.strength)
         deferred = [f for f, _ in injections if f.plugin.witness_after_directive]
         if not deferred:
@@ -263,6 +289,7 @@ class TriggerEngine:
                 fault_id=f.fault_id,
                 kind=f.kind,
                 actuator=f.plugin.actuator,
+                component=f.plugin.actuator_component,
                 applied=inj.applied,
                 detail={**dict(inj.detail), "directive": inj.directive.value},
             )
@@ -271,43 +298,81 @@ class TriggerEngine:
         return inj
 
     def _collect(self, f: _Fault, stage: WitnessStage) -> bool:
-        """Collect and durably write `stage`'s observations; False if anything went wrong."""
+        """Collect, stamp (collector identity from the registry) and durably write `stage`'s
+        observations; False if anything went wrong."""
         if not f.plugin.stage_names(stage):
             return True
-        assert f.ctx is not None
+        assert f.ctx is not None and f.ctx.event is not None
         try:
             got = f.plugin.collect_witness(f.ctx, stage)
         except Exception as exc:
             self._harness_error("witness", f"{f.fault_id} {stage}: {type(exc).__name__}: {exc}")
+            f.collection_failed = True
             return False
-        problems = check_observations(f.plugin, stage, got)
-        for name in f.plugin.stage_names(stage):
-            obs = got.get(name) if isinstance(got, dict) else None
-            if isinstance(obs, dict):
-                self.journal.append(
-                    WitnessObservation(
-                        **self._ref(), fault_id=f.fault_id, kind=f.kind, name=name, observation=obs
-                    )
+        stamped, problems = stamp_observations(f.plugin, stage, got, f.ctx.event.source)
+        for name, obs in stamped.items():
+            self.journal.append(
+                WitnessObservation(
+                    **self._ref(), fault_id=f.fault_id, kind=f.kind, name=name, observation=obs
                 )
+            )
+            f.observed[name] = obs
         for p in problems:
             self._harness_error("witness", f"{f.fault_id} {stage}: {p}")
+        f.collection_failed |= bool(problems)
         return not problems
 
-    def _witness_and_settle(self, f: _Fault) -> None:
+    def _judge(self, f: _Fault) -> str:
+        """Why the persisted witness does not hold ('' when it does): the evaluator's check."""
+        if f.collection_failed:
+            return "witness collection failed"
+        if f.contract is None:
+            return ""
+        verdict = evaluate_witness(
+            f.contract,
+            f.observed,
+            f.parameters,
+            actuator_component=f.plugin.actuator_component,
+            until="after_injection",
+        )
+        return "" if verdict.satisfied else "witness failed: " + ", ".join(verdict.violations)
+
+    def _witness_and_settle(self, f: _Fault, timed_out: bool = False) -> None:
+        """Collect, judge, then settle (witnessed) or not (rejected); once per fault."""
         with self._fire_lock:
             if f.settled:
                 return
             try:
-                ok = self._collect(f, WitnessStage.AFTER_INJECTION)
-                if ok:  # every observation above was fsync'd by Journal.append
+                if timed_out:  # the deferred witness did not complete within witness_timeout
+                    why = f"witness timed out after {self.witness_timeout:g} s"
+                else:
+                    self._collect(f, WitnessStage.AFTER_INJECTION)
+                    why = self._judge(f)  # on what Journal.append has fsync'd
+                if why:
+                    self._reject(f, why)
+                else:
                     self._life(f.fault_id, "witnessed")
-                    f.witnessed = True
-                self._settle(f, "" if ok else "witness collection failed")
+                    self._settle(f, "")
             finally:
                 f.settled = True
+                if f.timer is not None:
+                    f.timer.cancel()
                 with self._gate:
                     self._unwitnessed -= 1
                     self._gate.notify_all()
+
+    def _reject(self, f: _Fault, why: str) -> None:
+        """Not witnessed: never recovered; a release still undoes the disturbance (nothing may
+        stay held); `on_reject` stops the attempt."""
+        f.rejected = True
+        self._life(f.fault_id, "rejected", why[:2000])
+        if f.plugin.settles_by == "release":
+            self._settle(f, "after rejection")
+        if self.on_reject is not None:
+            try:
+                self.on_reject(f.fault_id, why)
+            except Exception as exc:
+                self._harness_error("reject", f"{f.fault_id}: {type(exc).__name__}: {exc}")
 
     def _settle(self, f: _Fault, note: str) -> None:
         assert f.ctx is not None
@@ -323,13 +388,19 @@ class TriggerEngine:
         self._life(f.fault_id, state, note)
 
     def _wait_for_witnesses(self) -> None:
-        deadline = time.monotonic() + self.recovery_gate_timeout
+        deadline = time.monotonic() + self.witness_timeout
         with self._gate:
             while self._unwitnessed > 0:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return  # an interposer never completed; the missing witness will show
+                    break
                 self._gate.wait(left)
+            else:
+                return
+        with self._lock:  # an interposer never completed: those faults are rejected, not let go
+            pending = [f for f in self._faults if f.fired and not f.settled]
+        for f in pending:
+            self._witness_and_settle(f, timed_out=True)
 
     # --- end of attempt -------------------------------------------------------------------------
 
@@ -340,7 +411,7 @@ class TriggerEngine:
         for f in fired:
             if not f.settled:
                 self._witness_and_settle(f)
-            if not f.after_release_done:
+            if not f.after_release_done:  # rejected too: the evaluator judges the whole contract
                 f.after_release_done = True
                 with self._fire_lock:
                     self._collect(f, WitnessStage.AFTER_RELEASE)
@@ -364,10 +435,10 @@ class TriggerEngine:
     def reached(self) -> bool:
         return bool(self.fired())
 
-    def calls(self) -> Sequence[tuple[str, str, str, int]]:
-        """(source, call_id, tool, ordinal) of every call seen, for diagnostics."""
+    def rejected(self) -> list[str]:
+        """Faults whose witness the engine rejected (or that timed out): the attempt stops."""
         with self._lock:
-            return [(s, c, v.tool, v.ordinal) for (s, c), v in self._calls.items()]
+            return [f.fault_id for f in self._faults if f.rejected]
 
 
 def _matches(f: _Fault, ev: CallEvent) -> bool:

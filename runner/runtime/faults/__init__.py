@@ -16,6 +16,7 @@ from runner.runtime.faults.base import (
     PluginContractError,
     WitnessStage,
     check_against_contract,
+    stamp_observations,
     validate_plugin,
 )
 
@@ -31,5 +32,6 @@ __all__ = [
     "PluginContractError",
     "WitnessStage",
     "check_against_contract",
+    "stamp_observations",
     "validate_plugin",
 ]

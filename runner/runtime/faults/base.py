@@ -24,17 +24,25 @@ triggering call is held in flight in the interposer's thread:
     7. AFTER_RELEASE observations (e.g. the subject reattached) are collected by
        `engine.finish()` at the end of the attempt.
 
+Before step 6 the engine runs the evaluator's own witness check (`evaluate_witness`, up to the
+after-injection observations) on what it persisted. If it fails, or the deferred witness does
+not complete within `witness_timeout`, the engine writes lifecycle `rejected` instead of
+`witnessed`, never recovers (a `release` still runs, so that nothing stays held) and asks the
+attempt to stop (`on_reject`): the attempt is INVALID_INJECTION, retried under the policy.
+
 The plugin never writes to the journal itself: it returns typed values and the engine enforces
-the order above. The engine also checks a plugin against itself (`validate_plugin`) and, if
-given one, against its witness contract (`check_against_contract`): every declared observation
-name, collector and stage must match the contract exactly.
+the order above. The engine also checks a plugin against itself (`validate_plugin`) and against
+its witness contract (`check_against_contract`): every declared observation name, collector set
+and stage must match the contract exactly, and a collector the contract requires to be
+independent of the actuator must read another component than `actuator_component`.
 
 Writing a new kind: subclass `FaultPlugin`, set the class attributes, implement `inject` and
 `collect_witness`. Collectors must be independent of the actuator (read the runtime's own state:
 the proxy's byte counts, the reaper's wait status, the container runtime's inspect), and must
 return an observation even when they saw nothing -- with the fields that show it -- so that a
-silent no-op fails the contract instead of going missing. Every observation dict carries
-`"collector": <declared collector>`.
+silent no-op fails the contract instead of going missing. Collectors are named from the
+registry in `collectors.py`; the engine stamps `collector` and `component` into each persisted
+observation (a plugin-written label that differs is a harness error).
 
 `plugin.noop()` returns the negative-conformance variant: its actuator does nothing but still
 reports `applied: true`; its collectors are the real ones, so the evaluator must reject it.
@@ -52,6 +60,7 @@ from runner.evaluator.core.types import Phase
 from runner.evaluator.protocol.faultkinds import FaultKind, injected_kinds
 from runner.evaluator.protocol.spec import Trigger
 from runner.evaluator.protocol.witness import WitnessContract
+from runner.runtime.faults import collectors as C
 
 
 class Directive(StrEnum):
@@ -120,7 +129,7 @@ class Injection:
 
 
 class Observed(NamedTuple):
-    collector: str
+    collector: str  # a registered collector, or collectors.TRIGGERING_INTERPOSER
     stage: WitnessStage
 
 
@@ -136,6 +145,7 @@ class FaultPlugin(ABC):
 
     kind: ClassVar[FaultKind]
     actuator: ClassVar[str]  # name recorded in the receipt, e.g. "egress_proxy.drop_response"
+    actuator_component: ClassVar[str]  # the runtime component it acts through (receipt)
     observations: ClassVar[Mapping[str, Observed]]  # contract name -> (collector, stage)
     witness_after_directive: ClassVar[bool] = False
     settles_by: ClassVar[Literal["release", "recover"]] = "release"
@@ -183,6 +193,7 @@ class NoopActuator(FaultPlugin):
         # Instance attributes shadow the ClassVars so the engine sees the real declaration.
         self.kind = real.kind  # type: ignore[misc]
         self.actuator = real.actuator  # type: ignore[misc]
+        self.actuator_component = real.actuator_component  # type: ignore[misc]
         self.observations = real.observations  # type: ignore[misc]
         self.witness_after_directive = real.witness_after_directive  # type: ignore[misc]
         self.settles_by = real.settles_by  # type: ignore[misc]
@@ -203,45 +214,78 @@ class NoopActuator(FaultPlugin):
 def validate_plugin(plugin: FaultPlugin) -> None:
     """The plugin's declaration is complete and well-typed (checked when it is scheduled)."""
     name = type(plugin).__name__
-    for attr in ("kind", "actuator", "observations"):
+    for attr in ("kind", "actuator", "actuator_component", "observations"):
         if not hasattr(plugin, attr):
             raise PluginContractError(f"{name}: missing class attribute {attr!r}")
     if not isinstance(plugin.kind, str) or plugin.kind not in injected_kinds():
         raise PluginContractError(f"{name}: kind must be a registered fault kind")
-    if not plugin.actuator:
-        raise PluginContractError(f"{name}: empty actuator name")
+    if not plugin.actuator or not plugin.actuator_component:
+        raise PluginContractError(f"{name}: empty actuator name or component")
     if not plugin.observations:
         raise PluginContractError(f"{name}: declares no observations")
     for obs_name, obs in plugin.observations.items():
         if not isinstance(obs, Observed) or not isinstance(obs.stage, WitnessStage):
             raise PluginContractError(f"{name}: observation {obs_name!r} is not an Observed")
+        unknown = [c for c in C.possible(obs.collector) if not C.is_registered(c)]
+        if unknown:
+            raise PluginContractError(f"{name}: {obs_name!r}: unregistered collector {unknown}")
     if plugin.settles_by not in ("release", "recover"):
         raise PluginContractError(f"{name}: settles_by must be 'release' or 'recover'")
 
 
 def check_against_contract(plugin: FaultPlugin, contract: WitnessContract) -> None:
-    """Declared observations == the contract's (name, collector, stage), exactly."""
+    """Declared observations == the contract's (name, collectors, stage), exactly; and every
+    collector a contract requires `independent_of_actuator` reads another component."""
     if contract.kind != plugin.kind:
         raise PluginContractError(f"contract is for {contract.kind}, plugin for {plugin.kind}")
-    want = {o.name: (o.collector, o.phase) for o in contract.observations}
-    have = {n: (o.collector, o.stage.value) for n, o in plugin.observations.items()}
+    want = {o.name: (sorted(o.collectors), o.phase) for o in contract.observations}
+    have = {
+        n: (sorted(C.possible(o.collector)), o.stage.value) for n, o in plugin.observations.items()
+    }
     if want != have:
         raise PluginContractError(f"{plugin.kind}: plugin declares {have}, contract wants {want}")
+    for o in contract.observations:
+        if o.independent_of_actuator:
+            mine = plugin.actuator_component
+            same = [c for c in o.collectors if C.collector(c).component == mine]
+            if same:
+                raise PluginContractError(
+                    f"{plugin.kind}: {o.name!r} must be collected independently of the actuator's "
+                    f"component {plugin.actuator_component!r}, but {same} read it"
+                )
 
 
-def check_observations(plugin: FaultPlugin, stage: WitnessStage, got: object) -> list[str]:
-    """Problems with what `collect_witness` returned for `stage` (empty list = fine)."""
+def stamp_observations(
+    plugin: FaultPlugin, stage: WitnessStage, got: object, source: str
+) -> tuple[Observations, list[str]]:
+    """What `collect_witness` returned for `stage`, each declared observation stamped with the
+    collector identity the engine assigns (`source`: the triggering event's interposer), and the
+    problems found (empty list = fine)."""
     if not isinstance(got, dict):
-        return [f"collect_witness returned {type(got).__name__}, not a dict"]
+        return {}, [f"collect_witness returned {type(got).__name__}, not a dict"]
     problems: list[str] = []
     expected = set(plugin.stage_names(stage))
     for extra in sorted(set(got) - expected):
         problems.append(f"undeclared observation {extra!r} at {stage}")
     for missing in sorted(expected - set(got)):
         problems.append(f"collector returned no {missing!r} observation")
+    out: Observations = {}
     for obs_name in sorted(expected & set(got)):
         obs = got[obs_name]
-        want = plugin.observations[obs_name].collector
-        if not isinstance(obs, dict) or obs.get("collector") != want:
-            problems.append(f"observation {obs_name!r} must be a dict with collector={want!r}")
-    return problems
+        if not isinstance(obs, dict):
+            problems.append(f"observation {obs_name!r} is not a dict")
+            continue
+        declared = plugin.observations[obs_name].collector
+        name = source if declared == C.TRIGGERING_INTERPOSER else declared
+        if name not in C.possible(declared) or not C.is_registered(name):
+            problems.append(f"observation {obs_name!r}: no registered collector for {name!r}")
+            continue
+        c = C.collector(name)
+        for key, value in (("collector", c.name), ("component", c.component)):
+            if key in obs and obs[key] != value:
+                problems.append(
+                    f"observation {obs_name!r} labelled {key}={obs[key]!r}; the engine assigns "
+                    f"{value!r}"
+                )
+        out[obs_name] = {**obs, "collector": c.name, "component": c.component}
+    return out, problems

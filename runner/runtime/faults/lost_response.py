@@ -38,6 +38,7 @@ AFTER = WitnessStage.AFTER_INJECTION
 class LostResponseFault(FaultPlugin):
     kind = LOST_RESPONSE
     actuator = "egress_proxy.drop_response"
+    actuator_component = "egress_proxy"
     observations = {
         "proxy_connection": Observed("egress_proxy", AFTER),
         "destination_ledger": Observed("destination_ledger", AFTER),

@@ -6,13 +6,16 @@ It is applied while the triggering call is held; if that call is at the partitio
 is then closed without a response (`close_without_response`): a call in flight to an endpoint
 that went away never gets its answer.
 
-Collectors (both independent of the actuator's own account):
+Collectors (both independent of the actuator, which writes over netlink via pyroute2):
 
-- `nft_reader`: the kernel's table read back, every drop rule for the target address:port,
-  with the summed packet counter before and after the probe;
-- `netns_prober`: TCP connects from a short-lived process started inside the namespace
-  (`ip netns exec`), 1 s timeout, to the target (must fail) and the control endpoint (the tool
-  interposer, must succeed); after release, the same probe to the target (must succeed).
+- `nft_reader`: the kernel's table read back through the `nft -j` CLI, every drop rule for the
+  target address:port, with the summed packet counter read just before the probe and again
+  once the probe's SYN has left (the output hook runs inside connect(), so a dropped SYN has
+  already moved the counter when connect() returns);
+- `netns_prober`: TCP connects from the prober process that already runs inside the namespace
+  (`host.prober`, started when the plugin is built, before the subject starts): to the target
+  (must not connect within `BLOCK_WAIT_S`) and the control endpoint (the tool interposer, must
+  connect within `CONNECT_TIMEOUT_S`); after release, to both again (both must connect).
 
 Release: once the rule has dropped `release_after_blocked_attempts` packets from the subject
 beyond the probe's (bounded wait), delete the rule.
@@ -20,9 +23,6 @@ beyond the probe's (bounded wait), delete the rule.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -38,54 +38,20 @@ from runner.runtime.faults.base import (
 )
 from runner.runtime.faults.registry import FaultKindPlugin, SelftestCase, register
 from runner.runtime.host.nft import NftError, PartitionTable
+from runner.runtime.host.prober import NetnsProber, Target
 
 AFTER = WitnessStage.AFTER_INJECTION
 AFTER_RELEASE = WitnessStage.AFTER_RELEASE
-PROBE_TIMEOUT = 1.0
-
-_PROBE = """
-import json, socket, sys
-timeout = float(sys.argv[1])
-out = []
-for target in sys.argv[2:]:
-    host, port = target.rsplit(":", 1)
-    s = socket.socket()
-    s.settimeout(timeout)
-    try:
-        s.connect((host, int(port)))
-        out.append({"target": target, "reachable": True, "error": ""})
-    except OSError as e:
-        out.append({"target": target, "reachable": False, "error": type(e).__name__})
-    finally:
-        s.close()
-print(json.dumps(out))
-"""
-
-
-def probe(
-    netns: str, targets: list[tuple[str, int]], timeout: float = PROBE_TIMEOUT
-) -> list[dict[str, Any]]:
-    """TCP connects from inside `netns`; one result per target, failure when unsure."""
-    names = [f"{h}:{p}" for h, p in targets]
-    argv = ["ip", "netns", "exec", netns, sys.executable, "-I", "-c", _PROBE, str(timeout)]
-    got: Any = None
-    try:
-        r = subprocess.run(
-            [*argv, *names], capture_output=True, text=True, timeout=timeout * len(names) + 15
-        )
-        err = (r.stderr or "").strip()[-200:]
-        if r.returncode == 0:
-            got = json.loads(r.stdout)
-    except (subprocess.TimeoutExpired, ValueError, OSError) as exc:
-        err = type(exc).__name__
-    if not isinstance(got, list) or len(got) != len(names):
-        return [{"target": n, "reachable": False, "error": f"probe_failed: {err}"} for n in names]
-    return got
+# A handshake with the host end of our veth takes well under a millisecond (the kernel answers
+# the SYN); the dropped-SYN counter, not this wait, is the evidence that the path is cut.
+BLOCK_WAIT_S = 0.025
+CONNECT_TIMEOUT_S = 1.0
 
 
 class NetworkPartitionFault(FaultPlugin):
     kind = NETWORK_PARTITION
     actuator = "nft.drop_rule(netns output)"
+    actuator_component = "nftables"
     observations = {
         "rule_state": Observed("nft_reader", AFTER),
         "probe_during": Observed("netns_prober", AFTER),
@@ -98,7 +64,7 @@ class NetworkPartitionFault(FaultPlugin):
     def __init__(
         self,
         table: PartitionTable,
-        netns: str,
+        prober: NetnsProber,
         target: tuple[str, int],
         control: tuple[str, int],
         *,
@@ -106,7 +72,8 @@ class NetworkPartitionFault(FaultPlugin):
         release_wait: float = 30.0,
     ) -> None:
         self.table = table
-        self.netns = netns
+        self.prober = prober
+        self.netns = prober.netns
         self.target = target
         self.control = control
         self.target_source = target_source
@@ -135,8 +102,9 @@ class NetworkPartitionFault(FaultPlugin):
     def collect_witness(self, ctx: FaultContext, stage: WitnessStage) -> Observations:
         if stage is AFTER:
             before = self._read_rules()
-            during = self._probe(with_control=True)
-            after = self._read_rules()
+            during, after = self._probe(BLOCK_WAIT_S, between=self._read_rules)
+            if after is None:  # the prober failed before its SYN left: still read the table
+                after = self._read_rules()
             self._packets_after_probe = after["packets"]
             rule_state = {
                 "collector": "nft_reader",
@@ -152,7 +120,7 @@ class NetworkPartitionFault(FaultPlugin):
             if "error" in after:
                 rule_state["error"] = after["error"]
             return {"rule_state": rule_state, "probe_during": during}
-        return {"probe_after_release": self._probe(with_control=True)}
+        return {"probe_after_release": self._probe(CONNECT_TIMEOUT_S)[0]}
 
     def release(self, ctx: FaultContext) -> None:
         if self._rule_id is None:
@@ -188,31 +156,34 @@ class NetworkPartitionFault(FaultPlugin):
             "bytes": sum(r.bytes for r in rules),
         }
 
-    def _probe(self, *, with_control: bool) -> dict[str, Any]:
-        targets = [self.target, self.control] if with_control else [self.target]
-        res = probe(self.netns, targets)
+    def _probe(self, target_wait: float, between: Any = None) -> tuple[dict[str, Any], Any]:
+        targets = [
+            Target(self.target[0], self.target[1], target_wait),
+            Target(self.control[0], self.control[1], CONNECT_TIMEOUT_S),
+        ]
+        res, mid = self.prober.probe(targets, between=between)
         out: dict[str, Any] = {
             "collector": "netns_prober",
             "netns": self.netns,
-            "timeout_s": PROBE_TIMEOUT,
+            "prober_pid": self.prober.pid,
             "target": res[0]["target"],
+            "target_wait_s": target_wait,
             "target_reachable": res[0]["reachable"],
             "target_error": res[0]["error"],
+            "target_elapsed_ms": res[0].get("elapsed_ms"),
+            "control": res[1]["target"],
+            "control_timeout_s": CONNECT_TIMEOUT_S,
+            "control_reachable": res[1]["reachable"],
+            "control_error": res[1]["error"],
         }
-        if with_control:
-            out |= {
-                "control": res[1]["target"],
-                "control_reachable": res[1]["reachable"],
-                "control_error": res[1]["error"],
-            }
-        return out
+        return out, mid
 
 
 register(
     FaultKindPlugin(
         kind=NETWORK_PARTITION,
         build=lambda r: NetworkPartitionFault(
-            r.table, r.net.netns, r.proxy.address, r.interposer.address
+            r.table, r.net.prober(), r.proxy.address, r.interposer.address
         ),
         selftest=SelftestCase(
             trigger={"tool": "submit_patch", "ordinal": 1, "phase": "received"},

@@ -22,7 +22,7 @@ from runner.runtime.faults.base import FaultPlugin
 if TYPE_CHECKING:
     from runner.runtime.attempt.run import AttemptResources
 
-_NOT_KINDS = {"base", "registry"}
+_NOT_KINDS = {"base", "collectors", "registry"}
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ AFTER_RELEASE = WitnessStage.AFTER_RELEASE
 class SandboxRestartFault(FaultPlugin):
     kind = SANDBOX_RESTART
     actuator = "podman.restart_or_recreate+interposer.bump_epoch"
+    actuator_component = "container_runtime"
     observations = {
         "sandbox_before": Observed("sandbox_inspector", BEFORE),
         "sandbox_after": Observed("sandbox_inspector", AFTER),

@@ -9,10 +9,10 @@ Collectors:
   /proc right now (must equal the identity recorded at launch), and the in-flight call id;
 - `reaper` (after): the exit status the run's single reaper collected with waitpid -- not the
   injector -- with the start identity of the process launched under that pid;
-- `tool_interposer` (after): the record of the triggering call, still in flight. The contract
-  names this collector `tool_interposer`; when the triggering call came through the egress
-  proxy, the record is the proxy's exchange record for that call (`source: egress_proxy`),
-  kept under the same observation name.
+- the interposer that carried the triggering call (after): its record of that call, still in
+  flight -- the tool interposer's call log, or for a proxied tool call the egress proxy's
+  exchange record. The engine names the collector from the event's source
+  (`TRIGGERING_INTERPOSER`); the contract accepts either, independent of the actuator.
 
 Recovery: ask the attempt to relaunch the subject with the same state directory.
 """
@@ -31,6 +31,7 @@ from runner.runtime.faults.base import (
     Observed,
     WitnessStage,
 )
+from runner.runtime.faults.collectors import TRIGGERING_INTERPOSER
 from runner.runtime.faults.registry import FaultKindPlugin, SelftestCase, register
 from runner.runtime.host.procs import ProcessIdentity, Reaper, Subject, process_identity
 from runner.runtime.interposers.proxy import EgressProxy
@@ -52,10 +53,11 @@ class ProcessRegistry(Protocol):
 class SigkillFault(FaultPlugin):
     kind = SIGKILL_MID_TOOL_CALL
     actuator = "pidfd_send_signal(SIGKILL)"
+    actuator_component = "subject_launcher"
     observations = {
         "target_process": Observed("process_registry", BEFORE),
         "reaper_exit": Observed("reaper", AFTER),
-        "interposer_call": Observed("tool_interposer", AFTER),
+        "interposer_call": Observed(TRIGGERING_INTERPOSER, AFTER),
     }
     settles_by = "recover"
 
@@ -133,15 +135,14 @@ class SigkillFault(FaultPlugin):
         return {**out, "reaped": True, **st.model_dump(exclude={"pid"})}
 
     def _call(self, call_id: str, source: str, context: Any) -> dict[str, Any]:
-        if source != "egress_proxy" or self.proxy is None:
-            return {**self.interposer.call_observation(call_id), "source": "tool_interposer"}
-        # A proxied tool call: the proxy's exchange record, under the contract's collector name.
-        found = self.proxy.find_call(call_id, context.get("connection_id"))
+        if source != "egress_proxy":
+            return {**self.interposer.call_observation(call_id), "source": source}
+        # A proxied tool call: the proxy's exchange record (the engine labels it egress_proxy).
+        found = self.proxy.find_call(call_id, context.get("connection_id")) if self.proxy else None
         if found is None:
-            return {"collector": "tool_interposer", "source": source, "call_id": "", "seen": False}
+            return {"source": source, "call_id": "", "seen": False}
         conn, ex = found
         return {
-            "collector": "tool_interposer",
             "source": source,
             "seen": True,
             "call_id": ex.call_id,

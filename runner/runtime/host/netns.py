@@ -3,7 +3,8 @@
 Attempt index n owns the /30 at 198.18.0.0 + 4n: host side .1, namespace side .2. The index
 is picked under a host-wide lock as the lowest one whose netns name and subnet are both free,
 so concurrent runs on one machine never share a subnet. Teardown deletes exactly what
-`create` made (host veth, which takes its peer with it, then the netns).
+`create` made (host veth, which takes its peer with it, then the netns). A prober process
+(`prober()`, started on demand) is stopped first: a process inside keeps a namespace alive.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pyroute2 import IPRoute, NetNS
 from pyroute2 import netns as pr_netns
 
 from runner.runtime.host import naming, paths
+from runner.runtime.host.prober import NetnsProber
 
 BENCH_NET = ipaddress.IPv4Network("198.18.0.0/15")  # RFC 2544 benchmarking range
 SUBNET_PREFIX = 30
@@ -69,6 +71,7 @@ class AttemptNetwork:
         self.index = index
         self._created_ns = False
         self._created_veth = False
+        self._prober: NetnsProber | None = None
 
     # names/addresses are valid once the index is known (after create() when auto-allocated)
     @property
@@ -151,8 +154,21 @@ class AttemptNetwork:
             ns.addr("add", index=idx, address=str(self.ns_addr), prefixlen=plen)
             ns.link("set", index=idx, state="up")
 
+    def prober(self) -> NetnsProber:
+        """The namespace's prober process, started on first use; stopped by `close`."""
+        if not self._created_ns:
+            raise NetnsError("netns not created")
+        if self._prober is None or not self._prober.alive:
+            if self._prober is not None:
+                self._prober.close()
+            self._prober = NetnsProber(self.run_id, self.netns).start()
+        return self._prober
+
     def close(self) -> None:
         """Delete only what this object created; safe to call twice."""
+        if self._prober is not None:
+            self._prober.close()
+            self._prober = None
         if self._created_veth:
             with IPRoute() as ipr:
                 found = ipr.link_lookup(ifname=self.host_if)

@@ -1,9 +1,13 @@
 """Per-attempt nftables table holding network-partition drop rules with counters.
 
-We drive the `nft` CLI's JSON interface (`nft -j -f -`, `nft -j list table ...`) rather than
-pyroute2's nftables module, whose prefix masks are wrong for non-byte-aligned prefixes. Inside
-the attempt's namespace we run `ip netns exec <ns> nft ...`: `ip` setns()es and then execs nft,
-which is simpler and safer than a preexec setns in a threaded Python process.
+Two independent paths to the kernel's ruleset:
+
+- writes (table, chain, drop rules, their deletion) go over netlink through pyroute2
+  (`host.nftnl`), from a thread inside the attempt's namespace;
+- reads go through the `nft` CLI's JSON interface (`ip netns exec <ns> nft -j list table ...`):
+  every rule the actuator writes is read back this way before it counts as applied, and the
+  witness (`nft_reader`) reads rules and counters the same way. `ip` setns()es and then execs
+  nft, which is simpler and safer than a preexec setns in a threaded Python process.
 
 The table (`inet afb_<run>_<n>`) lives in the agent's namespace and hooks `output`, so it
 catches exactly the subject's outbound traffic. Each drop rule carries a unique comment
@@ -12,16 +16,20 @@ catches exactly the subject's outbound traffic. Each drop rule carries a unique 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import ipaddress
 import json
 import secrets
 import subprocess
+from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from runner.runtime.host import naming
+from runner.runtime.host.nftnl import NftNetlink, NftNetlinkError
 
 FAMILY = "inet"
 CHAIN = "partition"
@@ -104,6 +112,14 @@ def _parse_rule(rule: dict[str, Any]) -> DropRule | None:
     )
 
 
+@contextlib.contextmanager
+def _netlink_errors() -> Iterator[None]:
+    try:
+        yield
+    except NftNetlinkError as exc:
+        raise NftError(str(exc)) from exc
+
+
 class PartitionTable:
     """One attempt's table. Context manager: creates table + chain, deletes the table on exit."""
 
@@ -111,64 +127,35 @@ class PartitionTable:
         self.name = naming.nft_table_name(run_id, index)
         self.netns = netns
         self._created = False
+        self._nl: NftNetlink | None = None
+
+    def _writer(self) -> NftNetlink:
+        if self._nl is None:
+            raise NftError(f"table {self.name} not created")
+        return self._nl
 
     def create(self) -> PartitionTable:
-        if (FAMILY, self.name) in list_tables(netns=self.netns):
-            raise NftError(f"table {FAMILY} {self.name} already exists")
-        apply_json(
-            [
-                {"add": {"table": {"family": FAMILY, "name": self.name}}},
-                {
-                    "add": {
-                        "chain": {
-                            "family": FAMILY,
-                            "table": self.name,
-                            "name": CHAIN,
-                            "type": "filter",
-                            "hook": "output",
-                            "prio": 0,
-                            "policy": "accept",
-                        }
-                    }
-                },
-            ],
-            netns=self.netns,
-        )
+        with _netlink_errors():
+            self._nl = NftNetlink(self.netns)
+            try:
+                self._nl.create_table(self.name, CHAIN)  # refuses an existing table
+            except BaseException:
+                self._nl.close()
+                self._nl = None
+                raise
         self._created = True
         return self
 
     def add_drop(self, daddr: str, dport: int, protocol: str = "tcp") -> DropRule:
-        """Drop (with a counter) traffic to daddr:dport; returns the rule as read back."""
+        """Drop (with a counter) traffic to daddr:dport; returns the rule as read back by nft."""
         addr = ipaddress.IPv4Address(daddr)
         if protocol not in ("tcp", "udp") or not 0 < dport < 65536:
             raise NftError(f"unsupported endpoint {protocol}/{dport}")
         rule_id = secrets.token_hex(6)
-        expr = [
-            {
-                "match": {
-                    "op": "==",
-                    "left": {"payload": {"protocol": "ip", "field": "daddr"}},
-                    "right": str(addr),
-                }
-            },
-            {
-                "match": {
-                    "op": "==",
-                    "left": {"payload": {"protocol": protocol, "field": "dport"}},
-                    "right": dport,
-                }
-            },
-            {"counter": {"packets": 0, "bytes": 0}},
-            {"drop": None},
-        ]
-        rule = {
-            "family": FAMILY,
-            "table": self.name,
-            "chain": CHAIN,
-            "comment": _COMMENT_PREFIX + rule_id,
-            "expr": expr,
-        }
-        apply_json([{"add": {"rule": rule}}], netns=self.netns)
+        with _netlink_errors():
+            self._writer().add_drop(
+                self.name, CHAIN, str(addr), dport, protocol, comment=_COMMENT_PREFIX + rule_id
+            )
         got = self.get_rule(rule_id)
         if got is None or (got.daddr, got.dport, got.protocol) != (str(addr), dport, protocol):
             raise NftError(f"rule {rule_id} not found as applied: {got}")
@@ -187,27 +174,23 @@ class PartitionTable:
         rule = self.get_rule(rule_id)
         if rule is None:
             raise NftError(f"rule {rule_id} not present in {self.name}")
-        apply_json(
-            [
-                {
-                    "delete": {
-                        "rule": {
-                            "family": FAMILY,
-                            "table": self.name,
-                            "chain": CHAIN,
-                            "handle": rule.handle,
-                        }
-                    }
-                }
-            ],
-            netns=self.netns,
-        )
+        with _netlink_errors():
+            self._writer().delete_rule(self.name, CHAIN, rule.handle)
 
     def delete(self) -> None:
-        """Delete the table if we created it (and it still exists)."""
-        if self._created and (FAMILY, self.name) in list_tables(netns=self.netns):
-            delete_table(FAMILY, self.name, netns=self.netns)
-        self._created = False
+        """Delete the table if we created it (and it still exists); end the writer."""
+        try:
+            if self._created and self._nl is not None:
+                try:
+                    self._nl.delete_table(self.name)
+                except NftNetlinkError as exc:
+                    if exc.errno != errno.ENOENT:
+                        raise NftError(str(exc)) from exc
+        finally:
+            self._created = False
+            if self._nl is not None:
+                self._nl.close()
+                self._nl = None
 
     def __enter__(self) -> PartitionTable:
         return self.create()

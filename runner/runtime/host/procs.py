@@ -164,12 +164,16 @@ class Reaper:
 class Subject:
     """A launched process. Holds its own pidfd so kill() can never hit a recycled pid."""
 
-    def __init__(self, identity: ProcessIdentity, reaper: Reaper, state_dir: Path) -> None:
+    def __init__(
+        self, identity: ProcessIdentity, reaper: Reaper, state_dir: Path, pidfd: int | None = None
+    ) -> None:
         self.identity = identity
         self.pid = identity.pid
         self.state_dir = state_dir
         self._reaper = reaper
-        self._pidfd: int | None = os.pidfd_open(self.pid)
+        # Opened before the reaper watches the pid (the launcher passes it in): a child that
+        # exits at once may be reaped by then, and a reaped pid has no pidfd (or a new owner).
+        self._pidfd: int | None = os.pidfd_open(self.pid) if pidfd is None else pidfd
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self._pidfd is None:
@@ -238,6 +242,7 @@ class SubjectLauncher:
         # Read the identity before the reaper may reap it: a zombie's /proc/<pid>/stat
         # is still there, a reaped pid's is not (or belongs to someone else).
         identity = process_identity(pid)
+        pidfd = os.pidfd_open(pid)  # before watch(): nobody reaps it until then
         self.reaper.watch(pid)
         (state_dir / "subject.pid").write_text(f"{pid} {identity.start_time}\n")
-        return Subject(identity, self.reaper, state_dir)
+        return Subject(identity, self.reaper, state_dir, pidfd)

@@ -322,12 +322,17 @@ class _Handler(socketserver.BaseRequestHandler):
         self.proxy._update(lambda: self.rec.exchanges.append(ex))
         return ex
 
-    def _half_close_and_watch(self, timeout: float | None = None) -> str:
+    def _half_close_and_watch(
+        self, timeout: float | None = None, on_closed: Callable[[], None] | None = None
+    ) -> str:
         """Deliver nothing more, then see how the subject's side ends."""
         try:
             self.request.shutdown(socket.SHUT_WR)
         except OSError:
             return "reset"
+        finally:
+            if on_closed is not None:
+                on_closed()
         wait = self.proxy.subject_close_timeout if timeout is None else timeout
         self.request.settimeout(wait)
         deadline = time.monotonic() + wait
@@ -378,21 +383,35 @@ class _Handler(socketserver.BaseRequestHandler):
             outcome = abort.outcome
             if abort.outcome == "upstream_failed":
                 keep = self._bad_gateway()
-            elif abort.outcome != "downstream_failed":
-                self._close_upstream()
+            elif abort.outcome == "dropped":
                 # After a drop, the subject's end of the connection is evidence (lost_response's
-                # agent_side): wait for it. After a close, nothing reads it, and a partition may
-                # be dropping the subject's FIN anyway: do not hold the call long for it.
+                # agent_side): wait for it before the engine goes on.
+                self._close_upstream()
+                end = self._half_close_and_watch(None)
+                self.proxy._update(lambda: setattr(ex, "subject_end", end))
+            elif abort.outcome != "downstream_failed":
+                # After a close nothing reads the subject's end, and a partition drops the
+                # subject's FIN anyway: the directive's effect is the half-close itself, so the
+                # engine goes on (witness, release) at once and the end is only recorded.
+                self._close_upstream()
                 end = self._half_close_and_watch(
-                    None if abort.outcome == "dropped" else CLOSE_WATCH_S
+                    CLOSE_WATCH_S, on_closed=lambda: self._finish(outcome)
                 )
                 self.proxy._update(lambda: setattr(ex, "subject_end", end))
         finally:
-            self.proxy._update(lambda: setattr(ex, "outcome", outcome))
-            decisions, self.decisions = self.decisions, []
-            for d in decisions:  # after the directive is applied and its effect observed
-                d.complete()
+            self._finish(outcome)
         return keep
+
+    def _finish(self, outcome: str) -> None:
+        """Record the exchange's outcome and release the engine's held decisions (once)."""
+        ex = self.ex
+        assert ex is not None
+        decisions, self.decisions = self.decisions, []
+        if not decisions and ex.outcome == outcome:
+            return
+        self.proxy._update(lambda: setattr(ex, "outcome", outcome))
+        for d in decisions:  # after the directive is applied and its effect observed
+            d.complete()
 
     def _bad_gateway(self) -> bool:
         body = b'{"error":"upstream_failed"}'
