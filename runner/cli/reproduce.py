@@ -13,8 +13,8 @@ from runner.cli.app import EXIT_INCOMPLETE, EXIT_REFUSED, app, err, guarded, out
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.inputs import evaluator_digest, project_root
 from runner.evaluator.environment.hooks import environment_hook
-from runner.evaluator.protocol.runfile import read_protocol
 from runner.evaluator.publish.reproduce import reproduce as reproduce_bundle
+from runner.evaluator.publish.results import judging_evaluator
 
 
 @app.command()
@@ -38,7 +38,7 @@ def reproduce(
     """Say REPRODUCED only when every published result re-derives byte for byte."""
     if not (bundle / "protocol.json").is_file():
         raise InputError("not a result bundle (no protocol.json)", file=str(bundle))
-    theirs, ours = read_protocol(bundle).identities.evaluator_digest, evaluator_digest()
+    theirs, ours = judging_evaluator(bundle), evaluator_digest()
     if theirs != ours:
         _other_evaluator(bundle, theirs, ours, from_history, rerun)
         return

@@ -116,3 +116,26 @@ def test_regrade_cli_on_a_published_bundle(tmp_path: Path) -> None:
         new = json.loads((out / card_path.relative_to(bundle)).read_bytes())
         assert new["derived_from"] == fast_digest(json.loads(card_path.read_bytes()))
         assert new["schema"] == "afb.scorecard/3"
+
+
+def test_a_regraded_directory_verifies_and_its_record_is_bound(tmp_path: Path) -> None:
+    from runner.evaluator.publish.results import judging_evaluator, verify
+
+    old = _old_run(tmp_path)
+    out = tmp_path / "new"
+    regrade(old, out, EVAL)
+    assert judging_evaluator(out) == EVAL and judging_evaluator(old) == OLD
+    assert verify(out, EVAL) == []
+    # bench evaluate on it keeps it a regrade (the record is re-emitted as it was)
+    _, res, files = derive(out, EVAL)
+    assert files["results/regrade.json"] == (out / "results/regrade.json").read_bytes()
+    assert res["a"].scorecard is not None and res["a"].scorecard.derived_from is not None
+    # a derived_from pointing elsewhere no longer matches the written scorecards
+    record = out / "results/regrade.json"
+    doc = json.loads(record.read_bytes())
+    doc["derived_from"]["a"] = "sha256:" + "2" * 64
+    record.write_bytes(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode() + b"\n")
+    assert any("results/a/scorecard.json" in p for p in verify(out, EVAL))
+    # a record that is not canonical JSON of the schema is refused outright
+    record.write_bytes(b'{"schema": "afb.regrade/1"}\n')
+    assert any("regrade.json" in p for p in verify(out, EVAL))

@@ -4,6 +4,10 @@ Arrays are either *sets* (order carries no meaning; they are sorted before hashi
 are an error) or *sequences* (order is meaning and is hashed as written). Each field says which in
 its description; docs/SPEC.md lists them all. Reordering a set or the TOML tables never changes a
 hash. Reading a file (and pointing at the line of a mistake) is specload.py.
+
+One module on purpose (~470 lines): the models and their cross-reference checks are the language's
+single definition, which `bench schema` and docs/SPEC.md mirror; split, a reader would have to
+assemble the grammar from several files.
 """
 
 from __future__ import annotations

@@ -34,10 +34,16 @@ from runner.evaluator.protocol.runfile import PROTOCOL_FILE, RunProtocol, read_p
 from runner.evaluator.verdict.eligibility import NO_ENVIRONMENT, evaluate_run
 
 from .attest import images_of
-from .results import RESULTS, EnvironmentHook, SubjectResult, paused_gc, render_results
+from .results import (
+    REGRADE_FILE,
+    RESULTS,
+    EnvironmentHook,
+    SubjectResult,
+    paused_gc,
+    render_results,
+)
 
-REGRADE_FILE = "regrade.json"
-REGRADE_SCHEMA = "afb.regrade/1"
+REGRADE_SCHEMA = "afb.regrade/1"  # read back by results._regrade_record
 # Result-schema versions an earlier evaluator may have hashed into a policy (the policy's own
 # schema and the evidence's are not relaxed: those would change what the rules mean).
 RESULT_SCHEMAS = {

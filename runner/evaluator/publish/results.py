@@ -17,8 +17,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from runner.evaluator.core.canonical import canonical_bytes, fast_canonical_bytes, sha256_digest
+from runner.evaluator.core.canonical import (
+    canonical_bytes,
+    fast_canonical_bytes,
+    parse_json,
+    sha256_digest,
+)
 from runner.evaluator.core.errors import EvidenceError
 from runner.evaluator.evidence.journal import BLOBS, JOURNALS, EvidenceStore
 from runner.evaluator.evidence.loading import LoadedEvidence
@@ -98,10 +104,71 @@ def _derive(
     store = EvidenceStore(run_dir)
     evidence = LoadedEvidence.from_store(store)
     env = environment(rp, evidence, store) if environment else NO_ENVIRONMENT
-    evaluations = evaluate_run(rp, evidence, evaluator_digest, env)
+    # A regraded directory (publish/regrade.py) re-derives as a regrade by this evaluator; its
+    # record is checked against the evidence once that is read, and written again as it was.
+    regrade = _regrade_record(run_dir, rp, evaluator_digest)
+    evaluations = evaluate_run(rp, evidence, evaluator_digest, env, regrading=regrade is not None)
     artifacts = [f"{JOURNALS}/{p.name}" for p in store.journal_paths()] + [PROTOCOL_FILE]
-    out, files = render_results(rp, evaluations, artifacts, env, images=images_of(evidence, store))
+    derived = None
+    if regrade is not None:
+        _, record = regrade
+        if record.get("evidence_root_hash") != evidence.evidence_root_hash:
+            raise EvidenceError(f"{RESULTS}/{REGRADE_FILE}: names other evidence than the run's")
+        derived = record["derived_from"]
+    out, files = render_results(
+        rp, evaluations, artifacts, env, derived, images=images_of(evidence, store)
+    )
+    if regrade is not None:
+        files[f"{RESULTS}/{REGRADE_FILE}"] = regrade[0]
     return rp, out, files
+
+
+REGRADE_FILE = "regrade.json"
+
+
+def judging_evaluator(run_dir: Path) -> str:
+    """The evaluator whose results a run directory holds: the regrading one for a regraded
+    directory (results/regrade.json), else the one that recorded the run."""
+    rp = read_protocol(run_dir)
+    path = run_dir / RESULTS / REGRADE_FILE
+    if path.is_file():
+        try:
+            record = parse_json(path.read_bytes())
+        except ValueError as exc:
+            raise EvidenceError(f"{RESULTS}/{REGRADE_FILE}: not JSON: {exc}") from exc
+        if isinstance(record, dict) and isinstance(record.get("evaluator_digest"), str):
+            return str(record["evaluator_digest"])
+    return rp.identities.evaluator_digest
+
+
+def _regrade_record(
+    run_dir: Path, rp: RunProtocol, evaluator_digest: str
+) -> tuple[bytes, dict[str, Any]] | None:
+    """The run's regrade record, when it is one made by this evaluator of this evidence."""
+    path = run_dir / RESULTS / REGRADE_FILE
+    if not path.is_file():
+        return None
+    raw = path.read_bytes()
+    try:
+        record = parse_json(raw)
+    except ValueError as exc:
+        raise EvidenceError(f"{RESULTS}/{REGRADE_FILE}: not JSON: {exc}") from exc
+    ok = (
+        isinstance(record, dict)
+        and record.get("schema") == "afb.regrade/1"
+        and raw == canonical_bytes(record) + b"\n"
+        and isinstance(record.get("derived_from"), dict)
+        and all(isinstance(v, str) for v in record["derived_from"].values())
+        and record.get("recorded_evaluator_digest") == rp.identities.evaluator_digest
+    )
+    from .regrade import policy_matches  # regrade builds on this module
+
+    ok = ok and policy_matches(rp)  # evaluate_run waives policy-version drift only after this
+    if not ok:
+        raise EvidenceError(f"{RESULTS}/{REGRADE_FILE}: not a regrade record of this run")
+    if record.get("evaluator_digest") != evaluator_digest:
+        return None  # regraded by another evaluator: judged as old evidence (evaluator_mismatch)
+    return raw, record
 
 
 def render_results(
@@ -191,7 +258,14 @@ def verify(
         rp = read_protocol(run_dir)
     except EvidenceError as exc:
         return [str(exc)]
-    problems += [f"{PROTOCOL_FILE}: {p}" for p in consistency_problems(rp)]
+    consistency = consistency_problems(rp)
+    try:
+        regraded = _regrade_record(run_dir, rp, evaluator_digest) is not None
+    except EvidenceError as exc:
+        return [str(exc)]
+    if regraded:  # the recorded policy_hash binds the recording evaluator's schema versions
+        consistency = [p for p in consistency if not p.startswith("policy_hash")]
+    problems += [f"{PROTOCOL_FILE}: {p}" for p in consistency]
     store = EvidenceStore(run_dir)
     for blob in store.blob_paths():
         try:
