@@ -105,6 +105,7 @@ def run_matrix(
     from runner.imagebuild import builder as images
     from runner.runtime import envcollect
     from runner.runtime.attempt import run as attempt
+    from runner.runtime.attempt.services import RunServices
     from runner.runtime.executor import execute
 
     run_dir, run_id = mrun.run_dir, mrun.rp.run_id
@@ -115,7 +116,7 @@ def run_matrix(
     states = mrun.cell_states()
     remaining = sum(not s.finished for s in states)
     with (
-        attempt.RunServices(run_id, run_dir) as services,
+        RunServices(run_id, run_dir) as services,
         progress(len(states), len(states) - remaining) as advance,
     ):
         summary = execute(

@@ -25,7 +25,8 @@ from runner.evaluator.protocol.faultkinds import NO_FAULT, FaultKind, injected_k
 from runner.evaluator.protocol.witness import WitnessContract
 from runner.evaluator.verdict.outcomes import attempt_status, group_attempts
 from runner.runtime.attempt.api import AttemptPlan, GradeContext, GradeOutcome, SubjectCommand
-from runner.runtime.attempt.run import PluginFactory, RunServices, journal_name, run_attempt
+from runner.runtime.attempt.run import PluginFactory, journal_name, run_attempt
+from runner.runtime.attempt.services import RunServices
 from runner.runtime.faults import registry as faults
 from runner.runtime.host import naming
 from runner.runtime.sandbox import testimage

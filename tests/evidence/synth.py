@@ -132,6 +132,13 @@ OUTCOMES = (
 )  # fmt: skip
 
 
+# name -> contract phase, per kind: where a runtime journals each observation
+PHASES: dict[str, dict[str, str]] = {
+    kind: {o.name: o.phase for o in c.observations}
+    for kind, c in load_contracts(Path(__file__).resolve().parents[2] / "witnesses").items()
+}
+
+
 def frozen_record(ids: Identities) -> FreezeRecord:
     return FreezeRecord(
         type="freeze",
@@ -143,7 +150,7 @@ def frozen_record(ids: Identities) -> FreezeRecord:
         identities=ids,
         recorded_at="2026-01-01T00:00:00Z",
         previous_record=None,
-    )
+    ).sealed()  # as freeze.record writes it: the run checks the seal
 
 
 class Run:
@@ -221,17 +228,23 @@ class Run:
             trig = slot.schedule.trigger or {}
             j.append(TriggerReached(**ref, fault_id=fid, call_id="call-3", tool=trig["tool"],
                                     ordinal=trig["ordinal"], phase=trig["phase"]))  # fmt: skip
+            table = {} if outcome == "no_witness" else (NOOP if outcome == "noop" else GOOD)[kind]
+
+            def observe(phase: str) -> None:  # each observation where the runtime writes it
+                for name, obs in table.items():
+                    if PHASES[kind][name] == phase:
+                        j.append(WitnessObservation(**ref, fault_id=fid, kind=kind, name=name,
+                                                    observation=obs))  # fmt: skip
+
+            observe("before_injection")
             j.append(ActuatorReceipt(**ref, fault_id=fid, kind=kind, actuator="test",
                                      component=ACTUATOR_COMPONENT[kind],
                                      applied=True))  # fmt: skip
             j.append(LifecycleTransition(**ref, fault_id=fid, state="injected"))
-            if outcome != "no_witness":
-                table = NOOP if outcome == "noop" else GOOD
-                for name, obs in table[kind].items():
-                    j.append(WitnessObservation(**ref, fault_id=fid, kind=kind, name=name,
-                                                observation=obs))  # fmt: skip
+            observe("after_injection")
             if rejected:
                 j.append(LifecycleTransition(**ref, fault_id=fid, state="rejected"))
+                observe("after_release")  # collected for a rejected fault too (finish())
                 j.append(ToolCallCount(**ref, calls=calls, by_tool={"write_file": calls}))
                 j.append(AttemptEnded(**ref, outcome="injection_rejected", trigger_reached=True,
                                       wall_ns=str(wall_ns)))  # fmt: skip
@@ -239,6 +252,7 @@ class Run:
                 return
             j.append(LifecycleTransition(**ref, fault_id=fid, state="witnessed"))
             j.append(LifecycleTransition(**ref, fault_id=fid, state="recovered"))
+            observe("after_release")
         done = outcome in ("completed", "duplicate", "mismatch", "noop", "no_witness",
                            "wrong_scorer")  # fmt: skip
         j.append(ToolCallCount(**ref, calls=calls, by_tool={"write_file": calls}))

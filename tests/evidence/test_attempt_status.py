@@ -34,7 +34,7 @@ from runner.evaluator.protocol.faultkinds import (
 )
 from runner.evaluator.protocol.witness import load_contracts
 from runner.evaluator.verdict.outcomes import attempt_status, group_attempts
-from tests.evidence.synth import GOOD, NOOP
+from tests.evidence.synth import GOOD, NOOP, PHASES
 
 KILL = SIGKILL_MID_TOOL_CALL
 CELL = "sha256:" + "c" * 64
@@ -76,11 +76,29 @@ def _state(state: str) -> LifecycleTransition:
     return LifecycleTransition(**FAULT, state=state)
 
 
-def _observations(table: dict[str, dict[str, object]]) -> list[WitnessObservation]:
+def _observations(
+    table: dict[str, dict[str, object]], phase: str | None = None
+) -> list[WitnessObservation]:
+    """The observations of one contract phase (all of them when `phase` is None)."""
     return [
         WitnessObservation(**FAULT, kind=KILL, name=name, observation=obs)
         for name, obs in table.items()
+        if phase is None or PHASES[KILL][name] == phase
     ]
+
+
+def observed(recs: Records, table: dict[str, dict[str, object]]) -> Records:
+    """`recs` with `table`'s observations where the runtime writes them: before_injection just
+    before `injected`, after_injection just after it, after_release at the end."""
+    out: Records = []
+    for j, r in recs:
+        if getattr(r, "state", None) == "injected":
+            out += [(j, o) for o in _observations(table, "before_injection")]
+            out.append((j, r))
+            out += [(j, o) for o in _observations(table, "after_injection")]
+        else:
+            out.append((j, r))
+    return out + [("j", o) for o in _observations(table, "after_release")]
 
 
 def baseline(completed: bool = True) -> Records:
@@ -102,11 +120,13 @@ def witnessed(completed: bool = True) -> Records:
         _trigger(),
         _state("scheduled"),
         _state("armed"),
+        *_observations(GOOD[KILL], "before_injection"),
         ActuatorReceipt(**FAULT, kind=KILL, actuator="test", applied=True),
         _state("injected"),
-        *_observations(GOOD[KILL]),
+        *_observations(GOOD[KILL], "after_injection"),
         _state("witnessed"),
         _state("recovered"),
+        *_observations(GOOD[KILL], "after_release"),
         ToolCallCount(**REF, calls=8, by_tool={"write_file": 8}),
         _grade(completed),
         _ended(True),
@@ -180,7 +200,18 @@ ROWS = [
     Row("not ended", KILL, without(witnessed(), AttemptEnded), H, ["attempt_not_ended"]),
     Row("two different ends", KILL, plus(witnessed(), _ended(True, wall_ns="2000")),
         H, ["contradictory_attempt_ended"]),
-    Row("the same end twice", KILL, plus(witnessed(), _ended(True)), Status.COMPLETED, []),
+    # Equal copies are refused too: the terminal record could take its facts from neither (a
+    # duplicated grade once erased a cell's effects, so a duplicate effect looked clean).
+    Row("the same end twice", KILL, plus(witnessed(), _ended(True)),
+        H, ["contradictory_attempt_ended"]),
+    Row("the same grade twice", KILL, plus(witnessed(), _grade(True)),
+        H, ["contradictory_grader_results"]),
+    Row("the same start twice", NO_FAULT, plus(baseline(), _started(NO_FAULT)),
+        H, ["contradictory_attempt_started"]),
+    Row("fault records in a baseline attempt", NO_FAULT, plus(baseline(), _trigger()),
+        INV, ["injection_in_baseline"]),
+    Row("a lifecycle in a baseline attempt", NO_FAULT, plus(baseline(), _state("scheduled")),
+        INV, ["injection_in_baseline"]),
     Row("harness error records", KILL,
         plus(witnessed(), HarnessError(**REF, stage="sandbox_create", message="m"),
              HarnessError(**REF, stage="agent_start", message="m")),
@@ -226,14 +257,14 @@ ROWS = [
             "witness:terminated_by_signal",
         ]),
     Row("witness contradicting (no-op actuator)", KILL,
-        plus(without(witnessed(), WitnessObservation), *_observations(NOOP[KILL])),
+        observed(without(witnessed(), WitnessObservation), NOOP[KILL]),
         INV, NOOP_KILL),
     Row("observed by the wrong collector", KILL,
-        plus(without(witnessed(), WitnessObservation), *_observations(
-            {**GOOD[KILL], "reaper_exit": {**GOOD[KILL]["reaper_exit"], "collector": "injector"}})),
+        observed(without(witnessed(), WitnessObservation),
+            {**GOOD[KILL], "reaper_exit": {**GOOD[KILL]["reaper_exit"], "collector": "injector"}}),
         INV, ["witness:wrong_collector:reaper_exit"]),
     Row("observations contradicting each other", KILL,
-        plus(witnessed(), *_observations({"reaper_exit": NOOP[KILL]["reaper_exit"]})),
+        observed(witnessed(), {"reaper_exit": NOOP[KILL]["reaper_exit"]}),
         INV, ["contradictory_observation:reaper_exit"]),
     Row("observation of another kind", KILL,
         plus(witnessed(), WitnessObservation(**FAULT, kind=LOST_RESPONSE, name="extra",

@@ -35,8 +35,8 @@ from tests.evidence.test_attempt_status import (
     SCORER,
     Records,
     _ended,
-    _observations,
     _state,
+    observed,
     plus,
     pre_trigger,
     without,
@@ -69,7 +69,7 @@ def rejected(recover: bool = False) -> Records:
     grade, the attempt ended `injection_rejected`."""
     recs = without_state(without(witnessed(), GraderResult, AttemptEnded), "recovered")
     recs = without(without_state(recs, "witnessed"), WitnessObservation)
-    recs = plus(recs, *_observations(NOOP[KILL]), _state("rejected"))
+    recs = observed(plus(recs, _state("rejected")), NOOP[KILL])
     if recover:
         recs = plus(recs, _state("recovered"))
     return plus(recs, _ended(True, outcome="injection_rejected"))
@@ -93,10 +93,12 @@ ROWS = [
         INV, ["missing_lifecycle:scheduled"]),
     Row("arm before schedule", moved(witnessed(), "armed", "scheduled"),
         INV, ["arm_before_schedule"]),
+    # Moving a state past an observation also takes that observation out of its phase window.
     Row("injection before arm", moved(witnessed(), "injected", "armed"),
-        INV, ["injection_before_arm"]),
+        INV, ["injection_before_arm", "observation_out_of_order:target_process"]),
     Row("witness before injection", moved(witnessed(), "witnessed", "injected"),
-        INV, ["witness_before_injection"]),
+        INV, ["observation_out_of_order:interposer_call", "observation_out_of_order:reaper_exit",
+              "witness_before_injection"]),
     Row("recovery before witness", moved(witnessed(), "recovered", "witnessed"),
         INV, ["recovery_before_witness"]),
     Row("witnessed, never settled", without_state(witnessed(), "recovered"),
@@ -109,7 +111,9 @@ ROWS = [
     Row("rejected and witnessed", plus(rejected(), _state("witnessed")),
         INV, [*NOOP_KILL, "witness_rejected", "witnessed_and_rejected"]),
     Row("rejection before injection", moved(rejected(), "rejected", "injected"),
-        INV, [*NOOP_KILL, "witness_before_injection", "witness_rejected"]),
+        INV, sorted([*NOOP_KILL, "observation_out_of_order:interposer_call",
+                     "observation_out_of_order:reaper_exit", "witness_before_injection",
+                     "witness_rejected"])),
     # an unreached trigger: scheduled + armed only
     Row("unreached: scheduled and armed", pre_trigger(False),
         Status.SUBJECT_PRE_TRIGGER_FAILURE, ["failed_before_trigger"]),
@@ -203,3 +207,27 @@ def test_v1_contracts_and_receipts_keep_their_bytes() -> None:
     assert set(proxy) == {"name", "collector", "phase", "description"}
     r = ActuatorReceipt(**FAULT, kind=KILL, actuator="t", applied=True)
     assert "component" not in r.model_dump(mode="json")
+
+
+@pytest.mark.parametrize(
+    ("name", "where", "after"),
+    [
+        # a before_injection observation written after the injection
+        ("target_process", "after", "injected"),
+        # an after_injection observation written after the verdict: recovery could have run first
+        ("reaper_exit", "after", "witnessed"),
+        # ... or before the injection it is meant to witness
+        ("interposer_call", "before", "injected"),
+    ],
+)
+def test_an_observation_outside_its_phase_is_out_of_order(
+    name: str, where: str, after: str
+) -> None:
+    recs = witnessed()
+    obs = next((j, r) for j, r in recs if getattr(r, "name", None) == name)
+    rest = [x for x in recs if x is not obs]
+    at = next(i for i, (_, r) in enumerate(rest) if getattr(r, "state", None) == after)
+    at = at + 1 if where == "after" else at
+    got = status([*rest[:at], obs, *rest[at:]])
+    assert got[0] is Status.INVALID_INJECTION
+    assert f"observation_out_of_order:{name}" in got[1], got

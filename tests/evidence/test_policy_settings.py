@@ -169,14 +169,16 @@ def test_registry_checks_derived_from(tmp_path: Path) -> None:
     reg = Registry(tmp_path / "reg.jsonl")
     first = reg.add(run / "results/a/scorecard.json").scorecard_hash
     doc = json.loads(files["results/b/scorecard.json"])
+    b_first = reg.add(run / "results/b/scorecard.json").scorecard_hash
     unknown = "sha256:" + "7" * 64
     for derived, flag, match in (
         (unknown, None, "not in the registry"),  # the card's own link must be registered
-        (first, unknown, "differs"),  # the flag cannot contradict the card
+        (b_first, unknown, "differs"),  # the flag cannot contradict the card
+        (first, None, "another subject's"),  # a regrade links the same subject's scorecard
     ):
         path = tmp_path / "linked.json"
         path.write_bytes(canonical_bytes({**doc, "derived_from": derived}) + b"\n")
         with pytest.raises(InputError, match=match):
             reg.add(path, flag)
-    path.write_bytes(canonical_bytes({**doc, "derived_from": first}) + b"\n")
-    assert reg.add(path).derived_from == first
+    path.write_bytes(canonical_bytes({**doc, "derived_from": b_first}) + b"\n")
+    assert reg.add(path).derived_from == b_first

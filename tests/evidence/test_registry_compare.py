@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from runner.cli.main import app
+from runner.evaluator.core.canonical import canonical_bytes
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.inputs import evaluator_digest
 from runner.evaluator.publish.compare import compare
@@ -113,7 +114,14 @@ def test_registry_is_tamper_evident_and_cli(tmp_path: Path) -> None:
         == 0
     )
     first = Registry(path).entries()[0].scorecard_hash
+    # another subject's scorecard is no source to derive from
     assert cli.invoke(app, ["registry", "add", str(run / "results/b/scorecard.json"),
+                            "--derived-from", first, *args]).exit_code == 2  # fmt: skip
+    # a re-derived card of the same subject is (here: a's card naming its source)
+    linked = tmp_path / "linked.json"
+    doc = json.loads((run / "results/a/scorecard.json").read_bytes())
+    linked.write_bytes(canonical_bytes({**doc, "derived_from": first}) + b"\n")
+    assert cli.invoke(app, ["registry", "add", str(linked),
                             "--derived-from", first, *args]).exit_code == 0  # fmt: skip
     assert Registry(path).entries()[1].derived_from == first
     res = cli.invoke(app, ["registry", "withdraw", first, "--adjudication", "bad grader", *args])
@@ -133,3 +141,29 @@ def test_registry_last_line_is_sealed(tmp_path: Path) -> None:
     path.write_bytes(path.read_bytes().replace(b'"subject_id":"a"', b'"subject_id":"z"'))
     with pytest.raises(InputError, match="edited"):
         Registry(path).entries()
+
+
+def _add_quietly(args: tuple[str, str]) -> str:
+    registry, card = args
+    try:
+        return Registry(Path(registry)).add(Path(card)).scorecard_hash
+    except InputError as exc:
+        return f"refused: {exc}"
+
+
+def test_concurrent_writers_never_break_the_chain_or_register_twice(tmp_path: Path) -> None:
+    # Eight processes race to register the same two cards, then to withdraw one of them; the
+    # registry's lock must leave exactly one entry per decision and an intact chain.
+    import multiprocessing as mp
+
+    run = _evaluated(tmp_path / "r")
+    cards = [str(run / f"results/{s}/scorecard.json") for s in ("a", "b")]
+    for round_ in range(3):
+        path = tmp_path / f"registry-{round_}.jsonl"
+        with mp.get_context("fork").Pool(8) as pool:
+            got = pool.map(_add_quietly, [(str(path), cards[i % 2]) for i in range(16)])
+        reg = Registry(path)
+        entries = reg.entries()  # raises on a broken chain or an edited line
+        assert [e.type for e in entries] == ["published", "published"]
+        assert sum(not g.startswith("refused") for g in got) == 2
+        assert all("already registered" in g for g in got if g.startswith("refused"))

@@ -57,3 +57,32 @@ def test_an_edited_slot_is_refused_by_consistency(run: Run) -> None:
     _rewrite(run, lambda b: b.replace(b'"seed":1', b'"seed":2', 1))
     rp = read_protocol(run.run_dir)  # still canonical JSON ...
     assert any("slot" in p or "matrix_hash" in p for p in consistency_problems(rp))  # ... not ours
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        # outside the protocol-hash root, so only a re-derivation catches it
+        (lambda d: d["identities"].update(cell_set_hash="sha256:" + "1" * 64), "cell_set_hash"),
+        # the freeze record's seal and the identities it froze
+        (lambda d: d["freeze_record"].update(reason="edited"), "not sealed"),
+        (
+            lambda d: d["freeze_record"]["identities"].update(cell_set_hash="sha256:" + "2" * 64),
+            "other identities",
+        ),
+    ],
+    ids=["cell-set-hash", "freeze-seal", "freeze-identities"],
+)
+def test_fields_outside_the_root_are_rederived(run: Run, edit, problem: str) -> None:  # type: ignore[no-untyped-def]
+    from runner.evaluator.protocol.runfile import consistency_problems
+
+    assert consistency_problems(read_protocol(run.run_dir)) == []
+
+    def rewrite(raw: bytes) -> bytes:
+        doc = json.loads(raw)
+        edit(doc)
+        return canonical_bytes(doc)
+
+    _rewrite(run, rewrite)
+    found = consistency_problems(read_protocol(run.run_dir))
+    assert any(problem in p for p in found), found

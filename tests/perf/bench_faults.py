@@ -36,7 +36,8 @@ from bench_runtime_primitives import summary, timed
 from runner.evaluator.evidence.journal import read_journal
 from runner.evaluator.evidence.records import LifecycleTransition
 from runner.evaluator.protocol.faultkinds import NETWORK_PARTITION, injected_kinds
-from runner.runtime.attempt.run import RunServices, journal_name
+from runner.runtime.attempt.run import journal_name
+from runner.runtime.attempt.services import RunServices
 from runner.runtime.host import naming
 from runner.runtime.host.netns import AttemptNetwork
 from runner.runtime.host.nft import CHAIN, PartitionTable, run_nft

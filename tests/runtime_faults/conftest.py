@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.runtime.attempt.run import RunServices
+from runner.runtime.attempt.services import RunServices
 from runner.runtime.host import naming
 from runner.runtime.sandbox import testimage
 

@@ -13,7 +13,8 @@ from runner.evaluator.protocol.faultkinds import (
     NETWORK_PARTITION,
     SANDBOX_RESTART,
 )
-from runner.runtime.attempt.run import AttemptResources, RunServices
+from runner.runtime.attempt.run import AttemptResources
+from runner.runtime.attempt.services import RunServices
 from runner.runtime.faults.base import Directive, FaultContext, FaultPlugin, Injection
 from runner.runtime.faults.network_partition import NetworkPartitionFault
 from runner.runtime.faults.sandbox_restart import SandboxRestartFault

@@ -12,7 +12,8 @@ from runner.evaluator.core.types import Status
 from runner.evaluator.evidence.journal import read_journal
 from runner.evaluator.evidence.records import AttemptEnded, AttemptStarted, HarnessError
 from runner.evaluator.protocol.faultkinds import SANDBOX_RESTART
-from runner.runtime.attempt.run import RunServices, run_attempt
+from runner.runtime.attempt.run import run_attempt
+from runner.runtime.attempt.services import RunServices
 from runner.runtime.host import netns
 from runner.runtime.selftest import evaluate, selftest_plan
 

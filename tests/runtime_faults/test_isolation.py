@@ -11,7 +11,8 @@ from runner.evaluator.evidence.journal import read_journal
 from runner.evaluator.evidence.records import ActuatorReceipt, HarnessError, WitnessObservation
 from runner.evaluator.protocol.faultkinds import NO_FAULT
 from runner.runtime.attempt.api import GradeContext, GradeOutcome, SubjectCommand
-from runner.runtime.attempt.run import RunServices, journal_name, run_attempt
+from runner.runtime.attempt.run import journal_name, run_attempt
+from runner.runtime.attempt.services import RunServices
 from runner.runtime.selftest import selftest_plan, subject_python
 
 pytestmark = pytest.mark.runtime

@@ -12,7 +12,7 @@ from runner.evaluator.protocol.faultkinds import (
     FaultKind,
     injected_kinds,
 )
-from runner.runtime.attempt.run import RunServices
+from runner.runtime.attempt.services import RunServices
 from runner.runtime.selftest import INVALID_INJECTION, WITNESSED, run_case
 
 pytestmark = pytest.mark.runtime

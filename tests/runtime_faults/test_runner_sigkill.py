@@ -31,7 +31,8 @@ import sys
 from pathlib import Path
 
 from runner.evaluator.protocol.faultkinds import NETWORK_PARTITION
-from runner.runtime.attempt.run import RunServices, run_attempt
+from runner.runtime.attempt.run import run_attempt
+from runner.runtime.attempt.services import RunServices
 from runner.runtime.selftest import minimal_subject, selftest_plan
 run_id, run_dir, image = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 with RunServices(run_id, run_dir) as s:

@@ -14,7 +14,8 @@ from runner.evaluator.evidence.records import (
     WitnessObservation,
 )
 from runner.evaluator.protocol.faultkinds import LOST_RESPONSE, SANDBOX_RESTART
-from runner.runtime.attempt.run import RunServices, journal_name
+from runner.runtime.attempt.run import journal_name
+from runner.runtime.attempt.services import RunServices
 from runner.runtime.selftest import run_case
 
 pytestmark = pytest.mark.runtime

@@ -13,7 +13,8 @@ import pytest
 
 from runner.evaluator.evidence.journal import read_journal
 from runner.evaluator.protocol.faultkinds import SIGKILL_MID_TOOL_CALL
-from runner.runtime.attempt.run import RunServices, journal_name
+from runner.runtime.attempt.run import journal_name
+from runner.runtime.attempt.services import RunServices
 from runner.runtime.selftest import INVALID_INJECTION, WITNESSED, run_case
 
 pytestmark = pytest.mark.runtime

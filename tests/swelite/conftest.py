@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from runner.benchmarks.swe_lite.grade import Task, load_tasks
-from runner.imagebuild.builder import extract_source, fetch_sources
+from runner.imagebuild.sources import extract_source, fetch_sources
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS_ROOT = REPO / "specs" / "swe-lite"

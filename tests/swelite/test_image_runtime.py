@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from runner.benchmarks.swe_lite.grade import grade, podman_exec
+from runner.imagebuild import archive
 from runner.imagebuild import builder as images
 from tests.swelite.conftest import IMAGE_DIR, all_tasks, image_tools_missing
 
@@ -86,7 +87,7 @@ def container(swelite_image: images.BuiltImage) -> Iterator[str]:
 
 
 def _boot_token(ctr: str) -> str:
-    rc, out, _ = podman_exec(ctr)(["sh", "-c", f"cat {images.BOOT_TOKEN_PATH}"], b"")
+    rc, out, _ = podman_exec(ctr)(["sh", "-c", f"cat {archive.BOOT_TOKEN_PATH}"], b"")
     assert rc == 0
     return out.decode().strip()
 
@@ -97,7 +98,7 @@ def test_entrypoint_writes_fresh_boot_token(swelite_image: images.BuiltImage) ->
         name = _start(swelite_image.tag)
         try:
             for _ in range(50):
-                rc, _, _ = podman_exec(name)(["test", "-s", images.BOOT_TOKEN_PATH], b"")
+                rc, _, _ = podman_exec(name)(["test", "-s", archive.BOOT_TOKEN_PATH], b"")
                 if rc == 0:
                     break
             tokens.append(_boot_token(name))

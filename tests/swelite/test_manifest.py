@@ -16,6 +16,7 @@ from runner.benchmarks.swe_lite.grade import (
     patch_files,
     static_problems,
 )
+from runner.imagebuild import archive, sources
 from runner.imagebuild import builder as images
 from tests.swelite.conftest import IMAGE_DIR, TASKS_ROOT, all_tasks
 
@@ -41,7 +42,7 @@ def test_task_static(task) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_sources_manifest_matches_image() -> None:
-    specs = images.load_sources(TASKS_ROOT / "sources.toml")
+    specs = sources.load_sources(TASKS_ROOT / "sources.toml")
     used = {t.source.ref for t in all_tasks()}
     conf = images.load_image_toml(IMAGE_DIR)
     assert set(conf["task_sources"]["refs"]) == used == set(specs)
@@ -162,7 +163,7 @@ def test_write_layer_is_normalised(tmp_path: Path) -> None:
         src = tmp_path / f"rootfs{i}.tar"
         src.write_bytes(_synthetic_rootfs(mtime))
         out = io.BytesIO()
-        images.write_layer(src, out, epoch=1_700_000_000, entrypoint=b"#!/bin/sh\n")
+        archive.write_layer(src, out, epoch=1_700_000_000, entrypoint=b"#!/bin/sh\n")
         outs.append(out.getvalue())
     assert outs[0] == outs[1]
     with tarfile.open(fileobj=io.BytesIO(outs[0])) as t:
@@ -171,7 +172,7 @@ def test_write_layer_is_normalised(tmp_path: Path) -> None:
     assert names == sorted(names)
     assert "dev" in names and not any(n.startswith("dev/") for n in names)
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
-    assert images.ENTRYPOINT_PATH in names and "usr/local" in names
+    assert archive.ENTRYPOINT_PATH in names and "usr/local" in names
     by_name = {m.name: m for m in members}
     # The sorted-first name of a hard-link group carries the data.
     assert by_name["usr/bin/aa"].isreg() and by_name["usr/bin/aa"].size == 6

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from runner.imagebuild.builder import SourceSpec, extract_source, fetch_sources, load_sources
+from runner.imagebuild.sources import SourceSpec, extract_source, fetch_sources, load_sources
 
 ExecFn = Callable[[Sequence[str], bytes], tuple[int, bytes, bytes]]
 

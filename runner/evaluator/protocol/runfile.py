@@ -19,7 +19,7 @@ from runner.evaluator.core.types import Frozen
 
 from .freeze import FreezeRecord
 from .identities import Identities, policy_body
-from .matrix import Slot, matrix_hash, subject_hashes
+from .matrix import Slot, cell_set_hash, matrix_hash, subject_hashes
 from .spec import Spec
 from .witness import WitnessContract, contracts_hash
 
@@ -147,7 +147,14 @@ def consistency_problems(rp: RunProtocol) -> list[str]:
     )
     if root != ids.protocol_hash:
         problems.append("protocol_hash is not the root of the recorded identities")
+    if cell_set_hash([s.slot_id for s in rp.slots]) != ids.cell_set_hash:
+        problems.append("cell_set_hash does not match the slots")
     fr = rp.freeze_record
-    if fr is not None and fr.protocol_hash != ids.protocol_hash:
-        problems.append("freeze record binds another protocol_hash")
+    if fr is not None:
+        if fr.protocol_hash != ids.protocol_hash:
+            problems.append("freeze record binds another protocol_hash")
+        if fr.record_hash != fr.body_digest():
+            problems.append("freeze record is not sealed by its own hash (edited?)")
+        if fr.identities != ids:
+            problems.append("freeze record names other identities than the run")
     return problems

@@ -8,8 +8,11 @@ draft protocol is never registered.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -83,6 +86,18 @@ class Registry:
         e = self.state().get(scorecard_hash)
         return e.type if e and e.type != "published" else None
 
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """One writer at a time: read the state, decide and append under one exclusive lock
+        (a sidecar file, so readers of the registry itself never wait)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
     def _append(self, e: RegistryEntry) -> RegistryEntry:
         e = e.sealed()
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -110,6 +125,12 @@ class Registry:
                 f"{R.PROTOCOL_NOT_FROZEN}: a draft never publishes", file=str(scorecard)
             )
         h = card.scorecard_hash()
+        with self._locked():
+            return self._add(card, h, scorecard, derived_from)
+
+    def _add(
+        self, card: PublishableScorecard, h: str, scorecard: Path, derived_from: str | None
+    ) -> RegistryEntry:
         state = self.state()
         if h in state:
             raise InputError(f"already registered: {h}", file=str(scorecard))
@@ -120,8 +141,17 @@ class Registry:
                 file=str(scorecard),
             )
         derived_from = derived_from or card.derived_from
-        if derived_from is not None and derived_from not in state:
-            raise InputError(f"derived_from {derived_from} is not in the registry")
+        if derived_from is not None:
+            source = state.get(derived_from)
+            if source is None:
+                raise InputError(f"derived_from {derived_from} is not in the registry")
+            # A regrade re-judges the same subject's evidence under the same protocol record.
+            same = (source.subject_id, source.subject_config_hash, source.protocol_hash)
+            if same != (card.subject_id, card.subject_config_hash, card.protocol_hash):
+                raise InputError(
+                    f"derived_from {derived_from} is another subject's or protocol's scorecard",
+                    file=str(scorecard),
+                )
         return self._append(
             RegistryEntry(
                 type="published",
@@ -143,6 +173,19 @@ class Registry:
         adjudication: str,
         replacement_protocol_hash: str | None = None,
         replacement_scorecard_hash: str | None = None,
+    ) -> RegistryEntry:
+        with self._locked():
+            return self._retire(
+                kind, target, adjudication, replacement_protocol_hash, replacement_scorecard_hash
+            )
+
+    def _retire(
+        self,
+        kind: Literal["superseded", "withdrawn"],
+        target: str,
+        adjudication: str,
+        replacement_protocol_hash: str | None,
+        replacement_scorecard_hash: str | None,
     ) -> RegistryEntry:
         current = self.state().get(target)
         if current is None:

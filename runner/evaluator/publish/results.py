@@ -22,6 +22,7 @@ from typing import Any
 from runner.evaluator.core.canonical import (
     canonical_bytes,
     fast_canonical_bytes,
+    is_digest,
     parse_json,
     sha256_digest,
 )
@@ -158,8 +159,11 @@ def _regrade_record(
         and record.get("schema") == "afb.regrade/1"
         and raw == canonical_bytes(record) + b"\n"
         and isinstance(record.get("derived_from"), dict)
-        and all(isinstance(v, str) for v in record["derived_from"].values())
+        and set(record["derived_from"]) <= {s.id for s in rp.spec().subjects}
+        and all(isinstance(v, str) and is_digest(v) for v in record["derived_from"].values())
         and record.get("recorded_evaluator_digest") == rp.identities.evaluator_digest
+        # a regrade judges old evidence: the run's own evaluator has nothing to regrade
+        and record.get("evaluator_digest") != rp.identities.evaluator_digest
     )
     from .regrade import policy_matches  # regrade builds on this module
 

@@ -81,6 +81,7 @@ class _Attempt:
     triggers: list[TriggerReached] = field(default_factory=list)
     receipts: list[ActuatorReceipt] = field(default_factory=list)
     observations: list[WitnessObservation] = field(default_factory=list)
+    observed_at: list[tuple[str, int, str]] = field(default_factory=list)  # (journal, seq, name)
     lifecycle: list[tuple[str, int, str]] = field(default_factory=list)  # (journal, seq, state)
     grades: list[GraderResult] = field(default_factory=list)
     calls: list[ToolCallCount] = field(default_factory=list)
@@ -104,6 +105,7 @@ def group_attempts(entries: Iterable[Positioned]) -> dict[str, dict[int, _Attemp
             a.receipts.append(rec)
         elif isinstance(rec, WitnessObservation):
             a.observations.append(rec)
+            a.observed_at.append((journal, seq, rec.name))
         elif isinstance(rec, LifecycleTransition):
             a.lifecycle.append((journal, seq, rec.state))
         elif isinstance(rec, GraderResult):
@@ -116,8 +118,10 @@ def group_attempts(entries: Iterable[Positioned]) -> dict[str, dict[int, _Attemp
 
 
 def _one(items: list[Any], contradictory: str, reasons: list[str]) -> Any:
-    # Two different records of one kind for one attempt contradict each other.
-    if len(items) > 1 and len({i.model_dump_json() for i in items}) > 1:
+    # One record of its kind per attempt. Two different ones contradict each other; two equal
+    # ones are no less wrong (the runtime writes each once), and the terminal record could not
+    # take its facts from either: both are refused.
+    if len(items) > 1:
         reasons.append(contradictory)
         return None
     return items[0] if items else None
@@ -146,7 +150,35 @@ def _witness(
     verdict = evaluate_witness(contract, by_name, params, actuator_component=component)
     reasons += [R.qualified(R.WITNESS, v) for v in verdict.violations]
     reasons += _lifecycle(a, reached=True)
+    reasons += _observation_order(a, {o.name: o.phase for o in contract.observations})
     return sorted(set(reasons))
+
+
+def _observation_order(a: _Attempt, phase_of: dict[str, str]) -> list[str]:
+    """Each observation sits where its contract phase says, against the lifecycle in its journal:
+    before_injection before `injected`; after_injection after `injected` and before the verdict
+    (`witnessed` | `rejected`): persisted before recovery, judged on what was there; after_release
+    after the settle (`recovered` | `released`, else the verdict). A missing state is
+    `_lifecycle`'s reason; here only what both sides of a comparison hold is ordered."""
+    first: dict[str, tuple[str, int]] = {}
+    for j, seq, state in sorted(set(a.lifecycle)):
+        first.setdefault(state, (j, seq))
+    verdict = first.get("witnessed") or first.get("rejected")
+    settled = first.get("recovered") or first.get("released") or verdict
+    injected = first.get("injected")
+    bounds: dict[str, tuple[tuple[str, int] | None, tuple[str, int] | None]] = {
+        "before_injection": (None, injected),
+        "after_injection": (injected, verdict),
+        "after_release": (settled, None),
+    }
+    reasons = []
+    for j, seq, name in sorted(set(a.observed_at)):
+        after, before = bounds.get(phase_of.get(name, ""), (None, None))
+        early = after is not None and after[0] == j and seq < after[1]
+        late = before is not None and before[0] == j and seq > before[1]
+        if early or late:
+            reasons.append(R.qualified(R.OBSERVATION_OUT_OF_ORDER, name))
+    return reasons
 
 
 _SETTLED = ("recovered", "released")
@@ -209,6 +241,7 @@ def attempt_status(
     scorer_version: str,
 ) -> tuple[Status, list[str]]:
     reasons: list[str] = []
+    _one(a.started, R.CONTRADICTORY_ATTEMPT_STARTED, reasons)
     ended = _one(a.ended, R.CONTRADICTORY_ATTEMPT_ENDED, reasons)
     if reasons:
         return Status.HARNESS_INVALID, reasons
@@ -219,8 +252,12 @@ def attempt_status(
     if a.errors or ended.outcome == "harness_error":
         return Status.HARNESS_INVALID, sorted({R.HARNESS_ERROR} | {e.stage for e in a.errors})
     grade = _one(a.grades, R.CONTRADICTORY_GRADER_RESULTS, reasons)
+    _one(a.calls, R.CONTRADICTORY_TOOL_CALL_COUNTS, reasons)
     if reasons:
         return Status.HARNESS_INVALID, reasons
+    if kind == NO_FAULT and (a.triggers or a.receipts or a.observations or a.lifecycle):
+        # A baseline cell is the overhead denominator: one a fault touched is not a baseline.
+        return Status.INVALID_INJECTION, [R.INJECTION_IN_BASELINE]
     if kind != NO_FAULT:
         if not a.triggers:
             if ended.trigger_reached:

@@ -27,9 +27,12 @@ def qualified(code: str, detail: object) -> str:
 ATTEMPT_NOT_STARTED = "attempt_not_started"
 ATTEMPT_NOT_ENDED = "attempt_not_ended"
 HARNESS_ERROR = "harness_error"  # followed by each error record's stage
+CONTRADICTORY_ATTEMPT_STARTED = "contradictory_attempt_started"
 CONTRADICTORY_ATTEMPT_ENDED = "contradictory_attempt_ended"
 CONTRADICTORY_GRADER_RESULTS = "contradictory_grader_results"
 CONTRADICTORY_ACTUATOR_RECEIPTS = "contradictory_actuator_receipts"
+CONTRADICTORY_TOOL_CALL_COUNTS = "contradictory_tool_call_counts"
+INJECTION_IN_BASELINE = "injection_in_baseline"  # fault records in a baseline (kind none) attempt
 TRIGGER_RECORD_MISSING = "trigger_record_missing"
 INJECTION_WITHOUT_TRIGGER = "injection_without_trigger"
 COMPLETED_WITHOUT_REACHING_TRIGGER = "completed_without_reaching_trigger"
@@ -43,6 +46,7 @@ NO_WITNESS_CONTRACT = "no_witness_contract"
 MISSING_ACTUATOR_RECEIPT = "missing_actuator_receipt"
 ACTUATOR_NOT_APPLIED = "actuator_not_applied"
 OBSERVATION_OF_OTHER_KIND = "observation_of_other_kind"
+OBSERVATION_OUT_OF_ORDER = "observation_out_of_order"  # :<name>, against its contract phase
 CONTRADICTORY_OBSERVATION = "contradictory_observation"  # :<observation name>
 WITNESS = "witness"  # :<witness contract violation>
 # the fault lifecycle (outcomes._lifecycle): order is by seq inside one journal

@@ -15,20 +15,14 @@ the contract.
 from __future__ import annotations
 
 import contextlib
-import http.client
-import os
-import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Literal
-from urllib.parse import quote
+from typing import Literal
 
-from runner.evaluator.core.inputs import project_root
-from runner.evaluator.evidence.journal import EvidenceStore, Journal
+from runner.evaluator.evidence.journal import Journal
 from runner.evaluator.evidence.records import (
     AttemptEnded,
     AttemptStarted,
@@ -36,45 +30,31 @@ from runner.evaluator.evidence.records import (
     HarnessError,
     SubjectExit,
 )
-from runner.evaluator.evidence.shape import ResponseSnapshot, check_shape
 from runner.evaluator.protocol.faultkinds import (
     NO_FAULT,
-    FaultKind,
 )
-from runner.evaluator.protocol.spec import ShapeCheck
-from runner.evaluator.protocol.witness import WitnessContract, load_contracts
 from runner.runtime.attempt.api import (
     AttemptPlan,
     AttemptResult,
     GradeContext,
     GradeOutcome,
-    ReadLedger,
 )
 from runner.runtime.attempt.api import journal_name as attempt_journal_name
+from runner.runtime.attempt.grading import make_fresh_sandbox, make_read_ledger
+from runner.runtime.attempt.services import RunServices
 from runner.runtime.attempt.subject import SubjectRegistry, prepare_state_dir
 from runner.runtime.attempt.triggers import TriggerEngine
 from runner.runtime.faults.base import FaultPlugin, check_against_contract
 from runner.runtime.faults.registry import build_plugin
-from runner.runtime.host import naming, paths
 from runner.runtime.host.netns import AttemptNetwork
 from runner.runtime.host.nft import PartitionTable
-from runner.runtime.host.podman_service import PodmanService
-from runner.runtime.host.procs import ExitStatus, Reaper, SubjectLauncher
+from runner.runtime.host.procs import ExitStatus, Reaper
 from runner.runtime.interposers.destination import DestinationService
 from runner.runtime.interposers.proxy import EgressProxy
 from runner.runtime.interposers.tools import ToolInterposer
 from runner.runtime.sandbox.base import Sandbox, SandboxSpec
 from runner.runtime.sandbox.podman import PodmanSandbox
 
-LEDGER_SHAPE = ShapeCheck(
-    status=200,
-    content_type="application/json",
-    parse="json",
-    scope_param="scope",
-    scope_echo_path="scope",
-    items_path="items",
-    item_scope_field="scope",
-)
 Outcome = Literal[
     "subject_finished",
     "subject_gave_up",
@@ -91,72 +71,6 @@ class AttemptError(RuntimeError):
     def __init__(self, stage: str, message: str) -> None:
         super().__init__(message)
         self.stage = stage
-
-
-class RunServices:
-    """One per run: liveness lock, private Podman service, one reaper, the evidence store.
-
-    The run directory is made root-only (0700): subjects run as `nobody` and cannot write
-    evidence. Subject state directories live under `subject_root` (default
-    /var/tmp/afb-subjects/<run id>), removed on exit unless `keep_subject_dirs`.
-    """
-
-    def __init__(
-        self,
-        run_id: str,
-        run_dir: Path,
-        *,
-        subject_root: Path | None = None,
-        keep_subject_dirs: bool = False,
-        witnesses_dir: Path | None = None,
-    ) -> None:
-        self.run_id = naming.check_run_id(run_id)
-        self.run_dir = Path(run_dir).resolve()  # the podman socket URL must be absolute
-        self.subject_root = subject_root or paths.SUBJECT_ROOT / run_id
-        self.keep_subject_dirs = keep_subject_dirs
-        self.witnesses_dir = witnesses_dir or project_root() / "witnesses"
-        self._stack = ExitStack()
-        self.podman: PodmanService
-        self.reaper: Reaper
-        self.evidence: EvidenceStore
-        self.launcher: SubjectLauncher
-        self.contracts: dict[FaultKind, WitnessContract]
-
-    def __enter__(self) -> RunServices:
-        self.contracts = load_contracts(self.witnesses_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        os.chown(self.run_dir, 0, 0)
-        os.chmod(self.run_dir, 0o700)
-        try:
-            self._stack.enter_context(naming.hold_run(self.run_id))
-            # The service's socket and log are runtime state, not evidence: outside the run dir.
-            self.podman = self._stack.enter_context(
-                PodmanService(self.run_id, paths.PODMAN_ROOT / self.run_id)
-            )
-            self.reaper = self._stack.enter_context(Reaper())
-            self.evidence = EvidenceStore(self.run_dir)
-            self.launcher = SubjectLauncher(self.run_id, self.reaper)
-            self.subject_root.mkdir(parents=True, exist_ok=True, mode=0o711)
-            os.chmod(self.subject_root, 0o711)  # traversable, not listable, by subjects
-        except BaseException:
-            self._stack.close()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        et: type[BaseException] | None,
-        ev: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            self._stack.close()
-        finally:
-            shutil.rmtree(paths.PODMAN_ROOT / self.run_id, ignore_errors=True)
-            with contextlib.suppress(OSError):  # empty once every ledger is archived
-                (self.run_dir / "destination").rmdir()
-            if not self.keep_subject_dirs:
-                shutil.rmtree(self.subject_root, ignore_errors=True)
 
 
 @dataclass
@@ -179,59 +93,6 @@ PluginFactory = Callable[[AttemptResources], FaultPlugin]
 
 def journal_name(plan: AttemptPlan) -> str:
     return attempt_journal_name(plan.cell_id, plan.attempt)
-
-
-# --- grading helpers ---------------------------------------------------------------------------
-
-
-def make_read_ledger(destination: tuple[str, int], timeout: float = 10.0) -> ReadLedger:
-    def read_ledger(scope: str) -> tuple[list[dict[str, Any]] | None, list[str]]:
-        path = f"/effects?scope={quote(scope, safe='')}"
-        url = f"http://{destination[0]}:{destination[1]}{path}"
-        conn = http.client.HTTPConnection(*destination, timeout=timeout)
-        try:
-            conn.request("GET", path)
-            resp = conn.getresponse()
-            snap = ResponseSnapshot(
-                status=resp.status,
-                content_type=resp.getheader("Content-Type"),
-                requested_url=url,
-                final_url=url,
-                body=resp.read(),
-                requested_scope=scope,
-            )
-        except (OSError, http.client.HTTPException) as exc:
-            snap = ResponseSnapshot(requested_url=url, requested_scope=scope, error=repr(exc))
-        finally:
-            conn.close()
-        verdict = check_shape(snap, LEDGER_SHAPE, "items")
-        if not verdict.ok:
-            return None, list(verdict.reason_codes)
-        return [dict(i) for i in verdict.value], []
-
-    return read_ledger
-
-
-def make_fresh_sandbox(
-    services: RunServices, image: str, prefix: str
-) -> Callable[[], contextlib.AbstractContextManager[Sandbox]]:
-    counter = iter(range(1, 10_000))
-
-    @contextlib.contextmanager
-    def fresh_sandbox() -> Iterator[Sandbox]:
-        spec = SandboxSpec(
-            run_id=services.run_id, name_suffix=f"{prefix}-grade{next(counter)}", image=image
-        )
-        sb: Sandbox = PodmanSandbox(services.podman.url, spec)
-        try:
-            sb.create()
-            sb.start()
-            yield sb
-        finally:
-            sb.remove()
-            sb.close()
-
-    return fresh_sandbox
 
 
 # --- the attempt -------------------------------------------------------------------------------

@@ -405,7 +405,12 @@ class TriggerEngine:
     # --- end of attempt -------------------------------------------------------------------------
 
     def finish(self) -> dict[str, int]:
-        """Settle what is pending, collect after-release observations, write the call counts."""
+        """Settle what is pending, collect after-release observations, write the call counts.
+
+        A fault whose interposer has not completed its call yet (the proxy may still be
+        watching the subject's end) is waited for first, within the witness timeout, so it is
+        judged on complete observations rather than rejected early."""
+        self._wait_for_witnesses()
         with self._lock:
             fired = [f for f in self._faults if f.fired]
         for f in fired:

@@ -177,9 +177,12 @@ class NftNetlink:
                 self._nft.close()
                 self._nft = None
 
+        hung = False
         try:
             self._pool.submit(do).result(timeout=_CALL_TIMEOUT)
         except RuntimeError:  # pool already shut down
             pass
+        except TimeoutError:  # the worker is stuck in an earlier call: do not wait for it
+            hung = True
         finally:
-            self._pool.shutdown(wait=True)
+            self._pool.shutdown(wait=not hung, cancel_futures=hung)

@@ -12,6 +12,10 @@ the connection's own thread, so a handler that blocks holds the call in flight. 
 can make it deliver zero response bytes (`drop_response`) or close at once
 (`close_without_response`): the proxy then half-closes the subject's connection and waits to
 see the subject's side end (EOF or reset), which is the agent-side transport-failure evidence.
+
+One module on purpose (~500 lines): the per-connection handler is one state machine over two h11
+connections whose byte accounting must sit at the socket calls; split, the counts and the
+phases it reports would live apart from the reads and writes they describe.
 """
 
 from __future__ import annotations
