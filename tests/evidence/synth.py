@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runner.evaluator.core.inputs import project_root
+from runner.evaluator.core.inputs import evaluator_digest, project_root
 from runner.evaluator.evidence.journal import EvidenceStore
 from runner.evaluator.evidence.records import (
     ActuatorReceipt,
@@ -299,3 +299,16 @@ class _MemJournal:
 
 def now() -> str:
     return dt.datetime.now(dt.UTC).isoformat()
+
+
+def evaluated_bundle(root: Path, evaluator: str | None = None) -> Path:
+    """A run whose subject a completes every cell and b duplicates every third, evaluated and
+    written as a bundle: the shared fixture of the reproduction and attestation tests."""
+    from runner.evaluator.publish.results import derive, write_results
+
+    r = Run(root / "bundle")
+    r.fill("a", lambda i, s: "completed")
+    r.fill("b", lambda i, s: "duplicate" if i % 3 == 0 else "completed")
+    _, _, files = derive(r.run_dir, evaluator or evaluator_digest())
+    write_results(r.run_dir, files)
+    return r.run_dir

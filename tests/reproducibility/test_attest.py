@@ -21,21 +21,16 @@ from runner.evaluator.publish.attest import (
     image_of,
 )
 from runner.evaluator.publish.load import load_result
-from runner.evaluator.publish.results import derive, verify, write_results
+from runner.evaluator.publish.results import verify
 from runner.runtime.envcollect import observe
-from tests.evidence.synth import Run
+from tests.evidence.synth import evaluated_bundle
 
 ROOT = Path(__file__).resolve().parents[2]
 EVAL = evaluator_digest()
 
 
 def _bundle(tmp_path: Path) -> Path:
-    r = Run(tmp_path / "bundle")
-    r.fill("a", lambda i, s: "completed")
-    r.fill("b", lambda i, s: "duplicate" if i % 3 == 0 else "completed")
-    _, _, files = derive(r.run_dir, EVAL)
-    write_results(r.run_dir, files)
-    return r.run_dir
+    return evaluated_bundle(tmp_path, EVAL)
 
 
 def test_each_scorecard_has_a_statement_binding_its_judgement(tmp_path: Path) -> None:

@@ -9,19 +9,13 @@ from typer.testing import CliRunner
 from runner.cli.main import app
 from runner.evaluator.core.inputs import evaluator_digest
 from runner.evaluator.publish.reproduce import first_difference, reproduce
-from runner.evaluator.publish.results import derive, write_results
-from tests.evidence.synth import Run
+from tests.evidence.synth import evaluated_bundle
 
 EVAL = evaluator_digest()
 
 
 def _bundle(tmp_path: Path) -> Path:
-    r = Run(tmp_path / "bundle")
-    r.fill("a", lambda i, s: "completed")
-    r.fill("b", lambda i, s: "duplicate" if i % 3 == 0 else "completed")
-    _, _, files = derive(r.run_dir, EVAL)
-    write_results(r.run_dir, files)
-    return r.run_dir
+    return evaluated_bundle(tmp_path, EVAL)
 
 
 def test_clean_bundle_reproduces(tmp_path: Path) -> None:
