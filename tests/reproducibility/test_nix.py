@@ -46,7 +46,12 @@ def test_flake_reads_the_single_declaration() -> None:
     assert "import ./nix/evaluator-inputs.nix" in flake
     assert 'builtins.readFile (root + "/evaluator-inputs.json")' in selector
     assert "uv2nix" in flake and "loadWorkspace" in flake  # packages built from uv.lock
-    assert "images/swe-lite/" not in flake or "image.toml" in flake
+    # images are read from their own declarations, through the one label computation
+    assert "import ./nix/image-inputs.nix { imageDir = ./images/swe-lite-nix; }" in flake
+    assert (
+        'builtins.readFile (imageDir + "/image.toml")'
+        in (ROOT / "nix/image-inputs.nix").read_text()
+    )
 
 
 @needs_nix
