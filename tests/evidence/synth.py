@@ -301,14 +301,26 @@ def now() -> str:
     return dt.datetime.now(dt.UTC).isoformat()
 
 
-def evaluated_bundle(root: Path, evaluator: str | None = None) -> Path:
-    """A run whose subject a completes every cell and b duplicates every third, evaluated and
-    written as a bundle: the shared fixture of the reproduction and attestation tests."""
+def evaluated_run(
+    run_dir: Path,
+    b: str | Callable[[int, Slot], str] = "completed",
+    evaluator: str | None = None,
+    **run_kw: Any,
+) -> Path:
+    """A run whose subject a completes every cell and b has outcome `b` (one for every cell, or
+    per cell), evaluated under `evaluator` (default: this one) and its results written."""
     from runner.evaluator.publish.results import derive, write_results
 
-    r = Run(root / "bundle")
+    r = Run(run_dir, evaluator=evaluator, **run_kw)
     r.fill("a", lambda i, s: "completed")
-    r.fill("b", lambda i, s: "duplicate" if i % 3 == 0 else "completed")
+    r.fill("b", b if callable(b) else lambda i, s: b)
     _, _, files = derive(r.run_dir, evaluator or evaluator_digest())
     write_results(r.run_dir, files)
     return r.run_dir
+
+
+def evaluated_bundle(root: Path, evaluator: str | None = None) -> Path:
+    """The reproduction and attestation tests' bundle: b duplicates every third cell."""
+    return evaluated_run(
+        root / "bundle", lambda i, s: "duplicate" if i % 3 == 0 else "completed", evaluator
+    )

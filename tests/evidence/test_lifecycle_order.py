@@ -32,6 +32,7 @@ from tests.evidence.test_attempt_status import (
     CONTRACTS,
     FAULT,
     KILL,
+    NOOP_KILL,
     SCORER,
     Records,
     _ended,
@@ -73,9 +74,6 @@ def rejected(recover: bool = False) -> Records:
     if recover:
         recs = plus(recs, _state("recovered"))
     return plus(recs, _ended(True, outcome="injection_rejected"))
-
-
-NOOP_KILL = ["witness:signal_is_sigkill", "witness:terminated_by_signal"]
 
 
 @dataclass(frozen=True)

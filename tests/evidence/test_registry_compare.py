@@ -14,20 +14,14 @@ from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.inputs import evaluator_digest
 from runner.evaluator.publish.compare import compare
 from runner.evaluator.publish.registry import Registry
-from runner.evaluator.publish.results import derive, write_results
-from tests.evidence.synth import SPEC_AB, Run
+from tests.evidence.synth import SPEC_AB, evaluated_run
 
 EVAL = evaluator_digest()
 cli = CliRunner()
 
 
 def _evaluated(d: Path, spec: Path = SPEC_AB, b: str = "completed") -> Path:
-    r = Run(d, spec_path=spec)
-    r.fill("a", lambda i, s: "completed")
-    r.fill("b", lambda i, s: b)
-    _, _, files = derive(r.run_dir, EVAL)
-    write_results(r.run_dir, files)
-    return r.run_dir
+    return evaluated_run(d, b, spec_path=spec)
 
 
 def test_compare_two_publishable_scorecards(tmp_path: Path) -> None:

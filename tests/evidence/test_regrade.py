@@ -17,8 +17,8 @@ from runner.evaluator.core.inputs import evaluator_digest
 from runner.evaluator.protocol.runfile import read_protocol
 from runner.evaluator.publish.registry import Registry
 from runner.evaluator.publish.regrade import policy_matches, regrade
-from runner.evaluator.publish.results import derive, write_results
-from tests.evidence.synth import Run
+from runner.evaluator.publish.results import derive
+from tests.evidence.synth import evaluated_run
 
 EVAL = evaluator_digest()
 OLD = "sha256:" + "1" * 64  # the evaluator the evidence was recorded (and first judged) under
@@ -35,12 +35,7 @@ def _tree(d: Path) -> dict[str, str]:
 
 
 def _old_run(tmp_path: Path, b: str = "completed") -> Path:
-    r = Run(tmp_path / "old", evaluator=OLD)
-    r.fill("a", lambda i, s: "completed")
-    r.fill("b", lambda i, s: b)
-    _, _, files = derive(r.run_dir, OLD)
-    write_results(r.run_dir, files)
-    return r.run_dir
+    return evaluated_run(tmp_path / "old", b, OLD)
 
 
 def test_regrade_writes_a_new_directory_linked_to_the_old_scorecards(tmp_path: Path) -> None:
