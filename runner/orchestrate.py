@@ -5,24 +5,35 @@ exit code; display is passed in (`log`, `progress`).
 Layering: cli -> orchestrate -> (runtime, benchmarks, imagebuild) -> evaluator. This is the one
 place that pairs the runtime's executor with a benchmark: the spec's grader id picks the
 `Workload` (runner.benchmarks.registry), whose image is built here from its declared inputs.
+
+`--cluster` hands the attempts to Dask workers instead (runner.scale.cluster; this process stays
+the single writer of evidence); `--shard i/N` keeps the cells of one hash shard
+(runner.scale.shard) and writes evidence only: the shards are evaluated once merged.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from runner.benchmarks.registry import workload_for
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.inputs import evaluator_digest, project_root
 from runner.evaluator.environment.hooks import environment_hook
+from runner.evaluator.evidence.layout import require as require_layout
 from runner.evaluator.protocol.specload import load_spec
-from runner.evaluator.publish.results import SubjectResult, derive, write_results
+from runner.evaluator.publish.results import SubjectResult, evaluate_into
 from runner.runtime.executor import MatrixRun
 from runner.runtime.workload import Workload
+from runner.trust.sign import sign_if_keyed
+
+if TYPE_CHECKING:
+    from runner.evaluator.protocol.matrix import Cell
+    from runner.scale.cluster import ClusterDisplay
 
 Log = Callable[[str], None]
 # (total cells, cells already finished) -> a context yielding "one more cell finished"
@@ -39,9 +50,32 @@ def _quiet(line: str) -> None:
 
 
 @dataclass(frozen=True)
+class Cluster:
+    """Where attempts run when not here: a Dask scheduler, the resources each attempt needs,
+    and (optional) the display of cells per worker and attempts in flight."""
+
+    address: str
+    resources: Mapping[str, float] = field(default_factory=dict)
+    display: ClusterDisplay | None = None
+
+
+@dataclass(frozen=True)
+class Shard:
+    index: int
+    count: int
+
+    def keeps(self, cell: Cell) -> bool:
+        from runner.scale.shard import in_shard
+
+        return in_shard(cell.cell_id, self.index, self.count)
+
+
+@dataclass(frozen=True)
 class RunOutcome:
     run_dir: Path
     results: dict[str, SubjectResult]
+    shard: Shard | None = None
+    shard_cells: int = 0  # cells of the shard (a shard run is not evaluated)
 
     @property
     def complete(self) -> bool:
@@ -56,8 +90,9 @@ def evaluate_and_write(run_dir: Path, log: Log = _quiet) -> dict[str, SubjectRes
     The views come last and cannot take anything with them: a view that fails to render is
     reported and the results stand (they are what the exit code is about).
     """
-    _, results, files = derive(run_dir, evaluator_digest(), environment_hook)
-    write_results(run_dir, files)
+    require_layout(run_dir)  # nothing unexpected (a FIFO journal would block the reader)
+    _, results = evaluate_into(run_dir, evaluator_digest(), environment_hook)
+    sign_if_keyed(run_dir, log)  # runner/trust/sign.py: signatures/, when a key is configured
     from runner.report import write_junit, write_report
 
     for view in (write_report, write_junit):
@@ -77,19 +112,43 @@ def run_spec(
     draft: bool = False,
     log: Log = _quiet,
     progress: Progress = no_progress,
+    cluster: Cluster | None = None,
+    shard: Shard | None = None,
 ) -> RunOutcome:
-    """Resolve, check the freeze, run every unfinished cell, evaluate and write results."""
+    """Resolve, check the freeze, run every unfinished cell, evaluate and write results.
+
+    With `shard`, only that shard's cells run and nothing is evaluated (`bench merge` joins the
+    shards into one run directory that evaluates like a single-host run)."""
     from runner.runtime.host import naming, sweep
 
     workload = workload_for(load_spec(spec_path), spec_path)
-    if resume is not None:
-        mrun = MatrixRun.resume(spec_path, resume, workload)
-        leftovers = sweep.sweep(prefix_filter=mrun.rp.run_id)
-        if leftovers.removed_anything:
-            log(f"removed leftovers: {leftovers.model_dump(exclude_defaults=True)}")
+    client = None
+    if cluster is not None:  # an unreachable scheduler is refused before a run directory exists
+        from runner.scale.cluster import connect
+
+        client = connect(cluster.address)
+    try:
+        if resume is not None:
+            mrun = MatrixRun.resume(spec_path, resume, workload)
+            leftovers = sweep.sweep(prefix_filter=mrun.rp.run_id)
+            if leftovers.removed_anything:
+                log(f"removed leftovers: {leftovers.model_dump(exclude_defaults=True)}")
+        else:
+            mrun = MatrixRun.create(spec_path, out_root, naming.new_run_id(), draft, workload)
+    except BaseException:
+        if client is not None:
+            client.close()
+        raise
+    select = shard.keeps if shard is not None else None
+    if cluster is not None:
+        run_dir = run_on_cluster(
+            mrun, workload, cluster, log=log, progress=progress, select=select, client=client
+        )
     else:
-        mrun = MatrixRun.create(spec_path, out_root, naming.new_run_id(), draft, workload)
-    run_dir = run_matrix(mrun, workload, jobs, log=log, progress=progress)
+        run_dir = run_matrix(mrun, workload, jobs, log=log, progress=progress, select=select)
+    if shard is not None:
+        n = sum(1 for c in mrun.cells() if shard.keeps(c))
+        return RunOutcome(run_dir, {}, shard, n)
     return RunOutcome(run_dir, evaluate_and_write(run_dir, log))
 
 
@@ -100,8 +159,10 @@ def run_matrix(
     *,
     log: Log = _quiet,
     progress: Progress = no_progress,
+    select: Callable[[Cell], bool] | None = None,
 ) -> Path:
-    """Execute every unfinished cell of a prepared run in the workload's sandbox image."""
+    """Execute every unfinished cell (of those `select` keeps) of a prepared run in the
+    workload's sandbox image."""
     from runner.imagebuild import builder as images
     from runner.runtime import envcollect
     from runner.runtime.attempt import run as attempt
@@ -113,7 +174,7 @@ def run_matrix(
     built = images.ensure_image(project_root() / "images" / workload.image)
     env = envcollect.observe(mrun.spec, image=built.tag)  # names the image in the artifact
     mrun.record_start(env.to_json(), env.execution_environment_hash)
-    states = mrun.cell_states()
+    states = [s for s in mrun.cell_states() if select is None or select(s.cell)]
     remaining = sum(not s.finished for s in states)
     with (
         RunServices(run_id, run_dir) as services,
@@ -125,8 +186,48 @@ def run_matrix(
             lambda plan: attempt.run_attempt(plan, services),
             jobs,
             on_cell_done=lambda cell, n: advance(),
+            select=select,
         )
     log(f"{summary.attempts_run} attempts over {summary.cells} cells in {summary.wall_s:.1f} s")
+    return run_dir
+
+
+def run_on_cluster(
+    mrun: MatrixRun,
+    workload: Workload,
+    cluster: Cluster,
+    *,
+    log: Log = _quiet,
+    progress: Progress = no_progress,
+    select: Callable[[Cell], bool] | None = None,
+    client: Any = None,
+) -> Path:
+    """Execute every unfinished cell on a Dask cluster; this process writes all the evidence.
+
+    The coordinator needs no Podman: the image is named by the tag of its input digest, and
+    each worker checks it holds exactly that image and records its own environment."""
+    from runner.imagebuild import builder as images
+    from runner.scale.cluster import connect, execute_on_cluster
+
+    run_dir, run_id = mrun.run_dir, mrun.rp.run_id
+    tag = images.image_tag(project_root() / "images" / workload.image)
+    client = client if client is not None else connect(cluster.address)
+    try:
+        log(f"run {run_id} in {run_dir} on {cluster.address}")
+        mrun.record_start(None, None)  # each worker's environment is recorded as it reports
+        states = [s for s in mrun.cell_states() if select is None or select(s.cell)]
+        remaining = sum(not s.finished for s in states)
+        with progress(len(states), len(states) - remaining) as advance:
+            summary = execute_on_cluster(
+                mrun, tag, client, cluster.resources, select=select, display=cluster.display,
+                on_cell_done=lambda cell: advance(), log=log,
+            )  # fmt: skip
+    finally:
+        client.close()
+    log(
+        f"{summary.attempts_run} attempts over {summary.cells} cells in {summary.wall_s:.1f} s on"
+        f" {len(summary.cells_per_worker)} workers; lost with their worker: {len(summary.lost)}"
+    )
     return run_dir
 
 

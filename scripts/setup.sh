@@ -36,4 +36,11 @@ log "python environment ready in .venv/ ($(.venv/bin/python --version))"
 if [ "${AFB_SKIP_IMAGE:-0}" != 1 ]; then
   .venv/bin/bench images build images/swe-lite --if-missing
 fi
+
+# Third-party subjects' own locked environments (docs/SUBJECTS.md): built with `uv sync --frozen`
+# from subjects/<name>/uv.lock into /var/lib/afb/subject-envs/<name>-<digest>, outside .venv.
+for project in subjects/*/; do
+  [ -f "$project/uv.lock" ] || continue
+  .venv/bin/python -m runner.runtime.subjectenv "${project%/}"
+done
 log "done"

@@ -24,7 +24,8 @@ tests/foundation/test_require_real.py proves both directions.
 from __future__ import annotations
 
 import os
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -72,3 +73,18 @@ def pytest_make_collect_report(
     report = yield
     _harden(report)
     return report
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_signing_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One throw-away signing key for the session (tests/keys.py): what `bench run`, `bench
+    evaluate` and the synthetic runs sign with (AFB_KEY_DIR), trusted beside the repository's
+    keys/trusted/ (AFB_TRUSTED_KEYS), so published bundles still verify against their key."""
+    from tests.keys import TestKey
+
+    key = TestKey.create(tmp_path_factory.mktemp("afb-session-key"))
+    repository = Path(__file__).resolve().parents[1] / "keys" / "trusted"
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in key.env(repository).items():
+            mp.setenv(name, value)
+        yield

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from runner.evaluator.core.canonical import CanonicalError
-from runner.evaluator.core.errors import EvidenceError, InputError
+from runner.evaluator.core.errors import MESSAGE_MAX, EvidenceError, InputError, shorten
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
@@ -39,7 +39,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def guarded(fn: F) -> F:
-    """Input mistakes become one clear line and exit 2; never a traceback."""
+    """Input mistakes become one clear line and exit 2 (evidence problems exit 3); never a
+    traceback. Messages are shortened (a 10 MB value is never echoed whole)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -48,20 +49,42 @@ def guarded(fn: F) -> F:
         except typer.Exit:
             raise
         except InputError as exc:
-            err.print(f"[bold red]error:[/] {escape(exc.render())}", markup=True)
+            _say("error", exc.render())
             raise typer.Exit(EXIT_INPUT) from None
         except CanonicalError as exc:
-            err.print(f"[bold red]error:[/] {escape(str(exc))}")
+            _say("error", str(exc))
             raise typer.Exit(EXIT_INPUT) from None
         except EvidenceError as exc:
-            err.print(f"[bold red]evidence error:[/] {escape(str(exc))}")
-            raise typer.Exit(EXIT_INPUT) from None
+            _say("evidence error", str(exc))
+            raise typer.Exit(EXIT_INCOMPLETE) from None
         except KeyboardInterrupt:
             err.print("interrupted")
             raise typer.Exit(130) from None
+        # The last line: the causes are fixed where they arise (bounded reads, nesting limits,
+        # path checks); whatever still slips through is an input the user gave, not a crash.
+        except RecursionError:
+            _say("error", "input is nested too deeply")
+            raise typer.Exit(EXIT_INPUT) from None
+        except OSError as exc:
+            where = f"{exc.filename}: " if exc.filename is not None else ""
+            _say("error", f"{where}{exc.strerror or exc}")
+            raise typer.Exit(EXIT_INPUT) from None
+        except UnicodeError as exc:
+            _say("error", f"not valid text: {exc}")
+            raise typer.Exit(EXIT_INPUT) from None
         except Exception:
             err.print("[bold red]internal error[/] (a bug in bench; please report it):")
             traceback.print_exc(file=sys.stderr)
             raise typer.Exit(EXIT_INTERNAL) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _say(label: str, message: str) -> None:
+    # shortened, and control characters (a terminal escape in a file name or a spec value)
+    # written as escapes, not sent to the terminal
+    text = "".join(
+        c if c.isprintable() or c in "\n\t" else ascii(c)[1:-1]
+        for c in shorten(message, MESSAGE_MAX)
+    )
+    err.print(f"[bold red]{label}:[/] {escape(text)}", markup=True)

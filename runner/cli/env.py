@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from runner.cli.app import EXIT_REFUSED, app, guarded, out
+from runner.evaluator.core.bounded import JSON_INPUT_CAP, read_bounded
 from runner.evaluator.core.canonical import parse_json
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.environment.artifact import (
@@ -56,7 +57,7 @@ def _spec_image(spec: Path) -> str | None:
 
 def _load_artifact(path: Path) -> ExecutionEnvironment:
     try:
-        data = path.read_bytes()
+        data = read_bounded(path, JSON_INPUT_CAP)
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror}", file=str(path)) from exc
     try:

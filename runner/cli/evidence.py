@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -9,21 +10,21 @@ import typer
 from rich.table import Table
 
 from runner.cli.app import EXIT_INCOMPLETE, EXIT_REFUSED, app, err, guarded, out
+from runner.cli.keys import AllowUnsigned, KeyDir, TrustedOpt, open_registry
 from runner.evaluator.core.canonical import canonical_bytes
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.inputs import evaluator_digest
 from runner.evaluator.publish.compare import compare as compare_results
 from runner.evaluator.publish.compare import comparison_md
-from runner.evaluator.publish.registry import Registry
 from runner.evaluator.publish.results import SubjectResult
 from runner.evaluator.publish.results import verify as verify_run
 
 RunDir = Annotated[Path, typer.Argument(help="a run directory", file_okay=False)]
-DEFAULT_REGISTRY = Path("registry/registry.jsonl")
 
 
 def _need_run_dir(path: Path) -> None:
-    if not (path / "protocol.json").is_file():
+    # lexists: a FIFO or symlink protocol.json is the layout check's to name (exit 3), not "absent"
+    if not os.path.lexists(path / "protocol.json"):
         raise InputError("not a run directory (no protocol.json)", file=str(path))
 
 
@@ -70,36 +71,54 @@ def evaluate(run_dir: RunDir) -> None:
 
 @app.command()
 @guarded
-def verify(run_dir: RunDir) -> None:
-    """Recompute every hash, journal chain, blob address and result; name the first mismatch."""
+def verify(
+    run_dir: RunDir, trusted_keys: TrustedOpt = None, allow_unsigned: AllowUnsigned = False
+) -> None:
+    """Recompute every hash, journal chain, blob address and result, and check the run's
+    signatures against the trusted keys; name the first mismatch."""
     _need_run_dir(run_dir)
+    from runner.cli.reproduce import signature_problem
     from runner.evaluator.environment.hooks import environment_hook
 
     problems = verify_run(run_dir, evaluator_digest(), environment_hook)
+    if allow_unsigned:
+        err.print("signature: not checked (--allow-unsigned): a local run, not a publication")
+    elif (unsigned := signature_problem(run_dir, trusted_keys)) is not None:
+        problems.append(f"signature: {unsigned}")  # after the evidence's own first mismatch
     if problems:
         err.print(f"[bold red]verify failed:[/] {problems[0]}")
         for p in problems[1:10]:
             err.print(f"  also: {p}")
         raise typer.Exit(EXIT_INCOMPLETE)
-    out.print(f"verified {run_dir}: journals, blobs, protocol and results all re-derive")
+    signed = "" if allow_unsigned else ", signed by a trusted key"
+    out.print(f"verified {run_dir}: journals, blobs, protocol and results all re-derive{signed}")
 
 
 @app.command()
 @guarded
 def compare(
-    results: Annotated[list[Path], typer.Argument(help="scorecard.json files")],
+    results: Annotated[list[Path], typer.Argument(help="RUN/results/<subject>/scorecard.json")],
     out_dir: Annotated[Path, typer.Option("--out", help="where to write")] = Path("comparison"),
-    registry: Annotated[Path, typer.Option(help="refuse retired results")] = DEFAULT_REGISTRY,
+    registry: Annotated[
+        Path | None, typer.Option(help="refuse retired results (default: the repository's)")
+    ] = None,
+    trusted_keys: TrustedOpt = None,
+    allow_unsigned: AllowUnsigned = False,
 ) -> None:
-    """Compare publishable scorecards (gated); refuse with reasons and write nothing otherwise."""
-    from runner.evaluator.environment.hooks import environment_pair_check
+    """Compare publishable scorecards, each inside its signed bundle and re-derived from its
+    evidence (gated); refuse with reasons and write nothing otherwise."""
+    from runner.evaluator.environment.hooks import environment_hook, environment_pair_check
+    from runner.evaluator.trust.bundle import ScorecardCheck
+    from runner.evaluator.trust.keys import trusted_keys as load_trusted
 
-    reg = Registry(registry)
-    comparison, reasons = compare_results(results, environment_pair_check, reg.retired)
+    reg = open_registry(registry, trusted_keys)
+    check = ScorecardCheck(load_trusted(trusted_keys), evaluator_digest(), environment_hook,
+                           require_signature=not allow_unsigned)  # fmt: skip
+    comparison, reasons = compare_results(results, environment_pair_check, reg.retired, check)
     if comparison is None:
         err.print("[bold red]comparison refused[/] (no comparison artifact written):")
         for r in reasons:
-            err.print(f"  - {r}")
+            err.print(f"  - {r}", markup=False)
         raise typer.Exit(EXIT_REFUSED)
     out_dir.mkdir(parents=True, exist_ok=True)
     data = comparison.model_dump(mode="json", by_alias=True)
@@ -110,31 +129,73 @@ def compare(
 
 registry_app = typer.Typer(help="The append-only result registry.", no_args_is_help=True)
 app.add_typer(registry_app, name="registry")
-RegOpt = Annotated[Path, typer.Option("--registry", help="registry file")]
+RegOpt = Annotated[
+    Path | None, typer.Option("--registry", help="registry file (default: the repository's)")
+]
 
 
 @registry_app.command("list")
 @guarded
-def registry_list(registry: RegOpt = DEFAULT_REGISTRY) -> None:
-    """Every entry, oldest first."""
+def registry_list(registry: RegOpt = None, trusted_keys: TrustedOpt = None) -> None:
+    """Every entry, oldest first (after checking the registry against its signed head)."""
     t = Table()
     for col in ("state", "scorecard", "subject", "protocol", "note"):
         t.add_column(col)
-    for e in Registry(registry).entries():
+    for e in open_registry(registry, trusted_keys).entries():
         note = e.adjudication or (f"derived from {e.derived_from}" if e.derived_from else "")
         t.add_row(e.type, e.scorecard_hash, e.subject_id, e.protocol_hash, note)
     out.print(t)
 
 
+@registry_app.command("init")
+@guarded
+def registry_init(
+    registry: Annotated[Path, typer.Option("--registry", help="the new registry file")],
+    key_dir: KeyDir = None,
+) -> None:
+    """Create an empty registry and sign its head (an existing file is never touched)."""
+    from runner.trust.keys import load_signer
+    from runner.trust.sign import sign_head
+
+    signer = load_signer(key_dir)
+    if registry.exists():
+        raise InputError("already exists; a registry is never recreated", file=str(registry))
+    registry.parent.mkdir(parents=True, exist_ok=True)
+    with registry.open("xb"):
+        pass
+    head = sign_head(registry, signer)
+    out.print(f"created {registry} (empty) and its signed head {head}")
+
+
+@registry_app.command("seal")
+@guarded
+def registry_seal(
+    registry: RegOpt = None, trusted_keys: TrustedOpt = None, key_dir: KeyDir = None
+) -> None:
+    """Sign the head of a registry that has none yet (after checking its chain)."""
+    reg = open_registry(registry, trusted_keys, write=True, key_dir=key_dir)
+    reg.seal()
+    out.print(f"signed the head of {reg.path} ({len(reg.entries())} entries)")
+
+
 @registry_app.command("add")
 @guarded
 def registry_add(
-    scorecard: Path,
-    registry: RegOpt = DEFAULT_REGISTRY,
+    scorecard: Annotated[Path, typer.Argument(help="RUN/results/<subject>/scorecard.json")],
+    registry: RegOpt = None,
     derived_from: Annotated[str | None, typer.Option(help="scorecard hash")] = None,
+    trusted_keys: TrustedOpt = None,
+    key_dir: KeyDir = None,
 ) -> None:
-    """Register a publishable scorecard (incomplete evidence is refused)."""
-    e = Registry(registry).add(scorecard, derived_from)
+    """Register a publishable scorecard: only inside its bundle, signed by a trusted key and
+    re-derived from the bundle's evidence (incomplete evidence is refused)."""
+    from runner.evaluator.environment.hooks import environment_hook
+    from runner.evaluator.trust.bundle import ScorecardCheck
+    from runner.evaluator.trust.keys import trusted_keys as load_trusted
+
+    reg = open_registry(registry, trusted_keys, write=True, key_dir=key_dir)
+    check = ScorecardCheck(load_trusted(trusted_keys), evaluator_digest(), environment_hook)
+    e = reg.add(scorecard, derived_from, check)
     out.print(f"published {e.scorecard_hash}")
 
 
@@ -145,10 +206,12 @@ def registry_supersede(
     adjudication: Annotated[str, typer.Option(help="why")],
     replacement_protocol: Annotated[str, typer.Option(help="sha256:...")],
     replacement: Annotated[str | None, typer.Option(help="replacement scorecard hash")] = None,
-    registry: RegOpt = DEFAULT_REGISTRY,
+    registry: RegOpt = None,
+    trusted_keys: TrustedOpt = None,
+    key_dir: KeyDir = None,
 ) -> None:
     """Mark a scorecard superseded, with the adjudication and the replacement protocol."""
-    e = Registry(registry).retire(
+    e = open_registry(registry, trusted_keys, write=True, key_dir=key_dir).retire(
         "superseded", target, adjudication, replacement_protocol, replacement
     )
     out.print(f"superseded {e.scorecard_hash}")
@@ -159,8 +222,12 @@ def registry_supersede(
 def registry_withdraw(
     target: str,
     adjudication: Annotated[str, typer.Option(help="why")],
-    registry: RegOpt = DEFAULT_REGISTRY,
+    registry: RegOpt = None,
+    trusted_keys: TrustedOpt = None,
+    key_dir: KeyDir = None,
 ) -> None:
     """Mark a scorecard withdrawn, with the adjudication."""
-    e = Registry(registry).retire("withdrawn", target, adjudication)
+    e = open_registry(registry, trusted_keys, write=True, key_dir=key_dir).retire(
+        "withdrawn", target, adjudication
+    )
     out.print(f"withdrawn {e.scorecard_hash}")

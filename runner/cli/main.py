@@ -6,6 +6,8 @@ from . import (  # noqa: F401
     env,
     evidence,
     images,
+    keys,
+    merge,
     protocol,
     regrade,
     report,
@@ -14,6 +16,7 @@ from . import (  # noqa: F401
     selftest,
     sweep,
     tasks,
+    worker,
 )
 from .app import app
 

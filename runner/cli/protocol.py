@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from runner.cli.app import app, guarded, out
+from runner.evaluator.core.bounded import JSON_INPUT_CAP, read_bounded
 from runner.evaluator.core.canonical import (
     CanonicalError,
     canonical_bytes,
@@ -30,13 +31,10 @@ SpecArg = Annotated[Path, typer.Argument(help="a spec file (TOML)")]
 
 
 def _read_json(path: Path) -> object:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", file=str(path)) from exc
+    data = read_bounded(path, JSON_INPUT_CAP)  # a regular file, size-capped, never blocks
     try:
         return parse_json(data)
-    except ValueError as exc:
+    except ValueError as exc:  # includes invalid UTF-8 and nesting deeper than the limit
         raise InputError(f"not valid JSON: {exc}", file=str(path)) from exc
 
 

@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from runner.cli.app import EXIT_INCOMPLETE, EXIT_REFUSED, app, err, guarded, out
+from runner.cli.keys import AllowUnsigned, TrustedOpt
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.inputs import evaluator_digest, project_root
 from runner.evaluator.environment.hooks import environment_hook
@@ -34,20 +36,30 @@ def reproduce(
             "evaluator inputs hash to the bundle's evaluator_digest, from a temporary export",
         ),
     ] = False,
+    trusted_keys: TrustedOpt = None,
+    allow_unsigned: AllowUnsigned = False,
 ) -> None:
-    """Say REPRODUCED only when every published result re-derives byte for byte."""
+    """Say REPRODUCED only when the bundle is signed by a trusted key, every file is the one
+    signed, and every published result re-derives byte for byte."""
     if not (bundle / "protocol.json").is_file():
         raise InputError("not a result bundle (no protocol.json)", file=str(bundle))
+    unsigned = None if allow_unsigned else signature_problem(bundle, trusted_keys)
+    if allow_unsigned:
+        err.print("signature: not checked (--allow-unsigned): a local run, not a publication")
+    elif unsigned is None:
+        out.print("signature: every file is the one a trusted key signed")
     theirs, ours = judging_evaluator(bundle), evaluator_digest()
     if theirs != ours:
-        _other_evaluator(bundle, theirs, ours, from_history, rerun)
+        _other_evaluator(bundle, theirs, ours, from_history, rerun, unsigned)
         return
     out.print(f"evaluator: the bundle's ({theirs}) is this checkout's")
     problems = reproduce_bundle(bundle, evaluator_digest(), environment_hook)
+    if unsigned is not None:
+        problems.insert(0, f"signature: {unsigned}")
     if problems:
-        err.print(f"[bold red]NOT REPRODUCED[/]: {problems[0]}")
+        err.print(f"[bold red]NOT REPRODUCED[/]: {escape(problems[0])}")
         for p in problems[1:10]:
-            err.print(f"  also: {p}")
+            err.print(f"  also: {escape(p)}")
         raise typer.Exit(EXIT_INCOMPLETE)
     n = sum(1 for p in (bundle / "results").rglob("*") if p.is_file())
     out.print(f"REPRODUCED {bundle}: {n} result files re-derive byte for byte")
@@ -71,7 +83,29 @@ def reproduce(
     )
 
 
-def _other_evaluator(bundle: Path, theirs: str, ours: str, from_history: bool, rerun: bool) -> None:
+def signature_problem(bundle: Path, trusted_dir: Path | None) -> str | None:
+    """Why the bundle's signatures do not hold, against the trusted keys (None: they hold)."""
+    from runner.evaluator.trust.keys import trusted_keys
+    from runner.evaluator.trust.run import signature_problem as problem
+
+    return problem(bundle, trusted_keys(trusted_dir))
+
+
+def unsigned_copy(bundle: Path, into: Path) -> Path:
+    """The bundle without its signatures/, for an evaluator that predates signing."""
+    import shutil
+
+    from runner.evaluator.trust.run import SIGNATURES
+
+    copy = into / bundle.name
+    shutil.copytree(bundle, copy, symlinks=True,
+                    ignore=lambda d, names: [SIGNATURES] if Path(d) == bundle else [])  # fmt: skip
+    return copy
+
+
+def _other_evaluator(
+    bundle: Path, theirs: str, ours: str, from_history: bool, rerun: bool, unsigned: str | None
+) -> None:
     err.print(
         f"evaluator: the bundle was made by evaluator {theirs}; this checkout's is {ours}. "
         "This evaluator cannot re-derive it byte for byte."
@@ -81,13 +115,19 @@ def _other_evaluator(bundle: Path, theirs: str, ours: str, from_history: bool, r
             "[bold red]NOT REPRODUCED[/]: made by another evaluator; rerun with "
             "--evaluator-from-history to run that evaluator from this repository's git history"
         )
+        if unsigned is not None:
+            err.print(f"  also: signature: {unsigned}", markup=False)
         raise typer.Exit(EXIT_INCOMPLETE)
     if rerun:
         raise InputError("--rerun needs the bundle's own evaluator checked out", key="--rerun")
+    import tempfile
+
     from runner.history import repository, run_historic_bench
 
     repo = repository(project_root())
-    ran = run_historic_bench(repo, theirs, ["reproduce", str(bundle.resolve())])
+    with tempfile.TemporaryDirectory(prefix="afb-reproduce-") as tmp:
+        copy = unsigned_copy(bundle.resolve(), Path(tmp))  # signatures are checked here
+        ran = run_historic_bench(repo, theirs, ["reproduce", str(copy)])
     out.print(
         f"evaluator: commit {ran.found.commit[:12]} has evaluator inputs hashing to {theirs}; "
         "running its `bench reproduce` from a temporary export"
@@ -97,6 +137,9 @@ def _other_evaluator(bundle: Path, theirs: str, ours: str, from_history: bool, r
     for line in ran.stderr.splitlines():
         err.print(f"  | {line}", markup=False)
     reproduced = ran.returncode == 0 and "REPRODUCED" in ran.stdout
+    if unsigned is not None:
+        err.print(f"[bold red]NOT REPRODUCED[/]: signature: {escape(unsigned)}")
+        raise typer.Exit(EXIT_INCOMPLETE)
     if not reproduced:
         err.print(
             f"[bold red]NOT REPRODUCED[/] by evaluator {theirs} (commit {ran.found.commit[:12]}, "

@@ -1,14 +1,26 @@
-"""`bench run SPEC`: resolve, check the freeze, run every cell, evaluate, publish or report."""
+"""`bench run SPEC`: resolve, check the freeze, run every cell, evaluate, publish or report.
+
+`--cluster tcp://HOST:PORT` runs the attempts on Dask workers (`bench worker`), showing cells per
+worker and attempts in flight; `--shard i/N` runs one hash shard's cells and writes evidence only.
+"""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from runner.cli.app import EXIT_INCOMPLETE, app, err, guarded, out
 from runner.cli.evidence import summary_table
@@ -29,6 +41,58 @@ def cell_progress(total: int, completed: int) -> Iterator[Callable[[], None]]:
         yield lambda: progress.advance(bar)
 
 
+class ClusterView:
+    """The progress of a cluster run: the cells bar, then one row per worker (cells finished
+    there, attempts run, attempts in flight). Worker events arrive on Dask's thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._progress: Progress | None = None
+        self._rows: dict[str, tuple[TaskID, list[int]]] = {}  # worker -> (task, [cells, runs, now])
+
+    @contextmanager
+    def progress(self, total: int, completed: int) -> Iterator[Callable[[], None]]:
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[detail]}"),
+            TimeElapsedColumn(),
+            console=out,
+            transient=False,
+        ) as progress:
+            self._progress = progress
+            bar = progress.add_task("cells", total=total, completed=completed, detail="")
+            try:
+                yield lambda: progress.advance(bar)
+            finally:
+                self._progress = None
+
+    def _update(self, worker: str, cells: int, runs: int, now: int) -> None:
+        progress = self._progress
+        if progress is None:
+            return
+        with self._lock:
+            if worker not in self._rows:
+                task = progress.add_task(f"  worker {worker}", total=None, detail="")
+                self._rows[worker] = (task, [0, 0, 0])
+            task, counts = self._rows[worker]
+            counts[0] += cells
+            counts[1] += runs
+            counts[2] = max(0, counts[2] + now)
+            progress.update(
+                task,
+                completed=counts[0],
+                detail=f"{counts[1]} attempts, {counts[2]} in flight",
+            )
+
+    def attempt_started(self, worker: str) -> None:
+        self._update(worker, 0, 0, 1)
+
+    def attempt_done(self, worker: str, cell_finished: bool) -> None:
+        self._update(worker, int(cell_finished), 1, -1)
+
+
 def log(line: str) -> None:
     out.print(line)
 
@@ -43,14 +107,54 @@ def run(
         Path | None, typer.Option(help="continue this interrupted run directory")
     ] = None,
     draft: Annotated[bool, typer.Option(help="allow a draft protocol (evidence only)")] = False,
+    cluster: Annotated[
+        str | None,
+        typer.Option(help="run the attempts on this Dask scheduler's workers, tcp://HOST:PORT"),
+    ] = None,
+    resources: Annotated[
+        str | None,
+        typer.Option(help="with --cluster: what each attempt needs of a worker, e.g. NETNS=1"),
+    ] = None,
+    shard: Annotated[
+        str | None,
+        typer.Option(help="run only shard i of N (i/N, 0 <= i < N): evidence, no evaluation"),
+    ] = None,
 ) -> None:
     """Run a spec's preregistered matrix and write evidence, then scorecards or reports."""
-    from runner.orchestrate import run_spec
+    from runner.evaluator.core.errors import InputError
+    from runner.orchestrate import Cluster, Shard, run_spec
+    from runner.scale.shard import parse_shard
+    from runner.scale.worker_host import check_address, parse_resources
 
+    where: Cluster | None = None
+    view = None
+    if cluster is not None:
+        view = ClusterView()
+        where = Cluster(check_address(cluster, "--cluster"), parse_resources(resources), view)
+    elif resources is not None:
+        raise InputError("--resources is what a cluster's workers must offer: give --cluster")
+    if cluster is not None and jobs != 1:
+        raise InputError("--jobs is for a local run; a cluster runs as many as it has workers")
+    part = Shard(*parse_shard(shard)) if shard is not None else None
     outcome = run_spec(
-        spec, out_dir, jobs=jobs, resume=resume, draft=draft, log=log, progress=cell_progress
+        spec,
+        out_dir,
+        jobs=jobs,
+        resume=resume,
+        draft=draft,
+        log=log,
+        progress=view.progress if view is not None else cell_progress,
+        cluster=where,
+        shard=part,
     )
     run_dir = outcome.run_dir
+    if outcome.shard is not None:
+        s = outcome.shard
+        out.print(
+            f"shard {s.index}/{s.count}: {outcome.shard_cells} cells, evidence in {run_dir}"
+            " (not evaluated: join the shards with `bench merge`)"
+        )
+        return
     out.print(summary_table(outcome.results))
     comparison = run_dir / "results" / "comparison.md"
     if comparison.exists():

@@ -9,11 +9,13 @@ from pydantic import BaseModel
 
 from runner.evaluator.core.types import Frozen
 from runner.evaluator.evidence.records import Record
+from runner.evaluator.protocol.cassette import Cassette
 from runner.evaluator.protocol.freeze import FreezeRecord
 from runner.evaluator.protocol.identities import Identities
 from runner.evaluator.protocol.matrix import Cell, Slot
 from runner.evaluator.protocol.runfile import RunProtocol
 from runner.evaluator.protocol.spec import Spec
+from runner.evaluator.protocol.subjects import CommandConfig, MiniSweAgentConfig, SubjectEnv
 from runner.evaluator.protocol.witness import WitnessContract, WitnessVerdict
 from runner.evaluator.publish.compare import Comparison
 from runner.evaluator.publish.models import (
@@ -23,6 +25,8 @@ from runner.evaluator.publish.models import (
     PublishableScorecard,
 )
 from runner.evaluator.publish.registry import RegistryEntry
+from runner.evaluator.trust.head import HeadPredicate
+from runner.evaluator.trust.run import RunPredicate
 from runner.evaluator.verdict.eligibility import EligibilityProof
 from runner.evaluator.verdict.outcomes import TerminalRecord
 
@@ -47,6 +51,8 @@ MODELS: dict[str, type[BaseModel]] = {
     "cell-history": CellHistory,  # one line of a report's cell-history.jsonl
     "comparison": Comparison,
     "registry-entry": RegistryEntry,
+    "run-signature-predicate": RunPredicate,  # signatures/run.dsse.json's in-toto predicate
+    "append-only-head-predicate": HeadPredicate,  # registry.head.dsse.json's predicate
     "spec": Spec,
     "identities": Identities,
     "slot": Slot,
@@ -54,6 +60,10 @@ MODELS: dict[str, type[BaseModel]] = {
     "freeze-record": FreezeRecord,
     "witness-contract": WitnessContract,
     "witness-verdict": WitnessVerdict,
+    "model-cassette": Cassette,  # the model proxy's recorded / scripted answers
+    "subject-command-config": CommandConfig,  # [[subjects]].config of agent "command:..."
+    "subject-mini-swe-agent-config": MiniSweAgentConfig,  # ... of "mini-swe-agent:..."
+    "subject-env": SubjectEnv,  # the environment a subject is given (contract v1)
 }
 
 

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.evaluator.core.bounded import BLOB_CAP, RESULT_FILE_CAP, read_bounded
 from runner.evaluator.core.canonical import parse_json
-from runner.evaluator.core.errors import InputError
+from runner.evaluator.core.errors import EvidenceError, InputError
 from runner.evaluator.evidence.journal import BLOBS, JOURNALS, read_journal
 from runner.evaluator.protocol.faultkinds import NO_FAULT
 from runner.evaluator.protocol.matrix import Slot, cell_id
@@ -82,19 +83,20 @@ class RunView:
 
 
 def _json(path: Path) -> Any:
-    return parse_json(path.read_bytes())
+    return parse_json(read_bounded(path, RESULT_FILE_CAP, evidence=True))
 
 
 def _jsonl(path: Path) -> list[Any]:
-    return [parse_json(line) for line in path.read_bytes().splitlines() if line]
+    data = read_bounded(path, RESULT_FILE_CAP, evidence=True)
+    return [parse_json(line) for line in data.splitlines() if line]
 
 
 def read_blob(run_dir: Path, address: str) -> bytes | None:
     """A blob, only if it matches its address (a report shows nothing unverified)."""
     path = run_dir / BLOBS / address.removeprefix("sha256:")
     try:
-        data = path.read_bytes()
-    except OSError:
+        data = read_bounded(path, BLOB_CAP, evidence=True)
+    except (OSError, EvidenceError):
         return None
     ok = "sha256:" + hashlib.sha256(data).hexdigest() == address
     return data if ok else None

@@ -2,8 +2,16 @@
 
 An agent is `<adapter>:<name>`; the part before ':' picks the adapter from a registry
 (`register_adapter`). Every subject of a spec is resolved before any cell runs, so an unknown
-adapter or a bad config is an input error (exit 2), never a harness error mid-run. `reference:`
-is the first adapter: the deterministic reference strategies of runner/subjects/reference.py.
+adapter, a bad config, an environment that does not build or a missing/malformed cassette is an
+input error (exit 2) naming the file and entry, never a harness error mid-run. Adapters:
+
+- `reference:` the deterministic reference strategies of runner/subjects/reference.py;
+- `command:` any argv (config: runner/evaluator/protocol/subjects.py `CommandConfig`), optionally
+  in a locked uv environment, with a model proxy and MCP tools;
+- `mini-swe-agent:` mini-swe-agent, unmodified, from subjects/mini-swe-agent/ (its own lock), with
+  the environment class shipped there (`MiniSweAgentConfig`).
+
+The subject contract these launch against is docs/SUBJECTS.md.
 """
 
 from __future__ import annotations
@@ -12,21 +20,51 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.inputs import project_root
+from runner.evaluator.protocol.cassette import load_cassette
 from runner.evaluator.protocol.spec import Spec, Subject
-from runner.runtime.attempt.api import SubjectCommand
+from runner.evaluator.protocol.specload import spec_base
+from runner.evaluator.protocol.subjects import (
+    CommandConfig,
+    MiniSweAgentConfig,
+    ModelSection,
+    tree_digest,
+)
+from runner.runtime.attempt.api import ModelProxyPlan, SubjectCommand
 from runner.runtime.host import paths
+from runner.runtime.subjectenv import BuiltEnvironment, ensure_built
+
+M = TypeVar("M", bound=BaseModel)
 
 # task (as the workload describes it to subjects) -> the command of one attempt
 Launch = Callable[[Mapping[str, Any]], SubjectCommand]
 
 
+@dataclass(frozen=True)
+class ResolveContext:
+    """What an adapter may look at while resolving: the spec, where it lives, the checkout."""
+
+    spec: Spec
+    spec_path: Path
+    root: Path
+
+    @property
+    def base(self) -> Path:
+        return spec_base(self.spec_path)
+
+    def task_ids(self) -> list[str]:
+        return sorted(self.spec.task_index())
+
+
 class SubjectAdapter(Protocol):
-    def resolve(self, subject: Subject) -> Launch:
+    def resolve(self, subject: Subject, ctx: ResolveContext) -> Launch:
         """Check the subject's config (raise InputError) and return how to launch it."""
         ...
 
@@ -51,7 +89,8 @@ def registered_adapters() -> tuple[str, ...]:
 def resolve_subjects(spec: Spec, spec_path: Path) -> dict[str, Launch]:
     """Every subject of the spec, by id; the first unresolvable one is an InputError."""
     out: dict[str, Launch] = {}
-    for s in spec.subjects:
+    ctx = ResolveContext(spec, spec_path, project_root())
+    for i, s in enumerate(spec.subjects):
         prefix, sep, _ = s.agent.partition(":")
         adapter = _ADAPTERS.get(prefix) if sep else None
         if adapter is None:
@@ -61,10 +100,27 @@ def resolve_subjects(spec: Spec, spec_path: Path) -> dict[str, Launch]:
                 file=str(spec_path),
             )
         try:
-            out[s.id] = adapter.resolve(s)
+            out[s.id] = adapter.resolve(s, ctx)
         except InputError as exc:
-            raise InputError(exc.message, file=str(spec_path), key=exc.key) from None
+            if exc.file is not None:  # about another file (a cassette, a lock): keep it
+                raise InputError(
+                    f"subject {s.id!r}: {exc.message}", file=exc.file, key=exc.key
+                ) from None
+            key = f"subjects[{i}].config" + (f".{exc.key}" if exc.key else "")
+            raise InputError(exc.message, file=str(spec_path), key=key) from None
     return out
+
+
+def typed_config(subject: Subject, model: type[M]) -> M:
+    """The subject's config as its adapter's model; the first problem is an InputError."""
+    try:
+        return model.model_validate(subject.config)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise InputError(
+            f"subject {subject.id!r} ({subject.agent}): {err['msg']}", key=loc or None
+        ) from None
 
 
 # ------------------------------------------------------------------------ reference: adapter
@@ -75,7 +131,7 @@ class ReferenceAdapter:
 
     script = project_root() / "runner" / "subjects" / "reference.py"
 
-    def resolve(self, subject: Subject) -> Launch:
+    def resolve(self, subject: Subject, ctx: ResolveContext) -> Launch:
         if "strategy" not in subject.config:
             raise InputError(
                 f"subject {subject.id!r}: a reference subject (agent = 'reference:...') needs "
@@ -90,7 +146,7 @@ class ReferenceAdapter:
                 "--strategy", strategy,
                 "--task-json", json.dumps(task, sort_keys=True),
             ]  # fmt: skip
-            return SubjectCommand(argv=argv)
+            return SubjectCommand(argv=argv, task=dict(task))
 
         return launch
 
@@ -110,4 +166,172 @@ class ReferenceAdapter:
         return target
 
 
+# ------------------------------------------------------------------- shared: model, environment
+
+
+def model_plans(model: ModelSection, ctx: ResolveContext) -> Callable[[str], ModelProxyPlan]:
+    """Check the model section against the files and the host env; per task, its proxy plan."""
+    if model.mode in ("live", "record"):
+        assert model.key_env is not None
+        if not os.environ.get(model.key_env):
+            raise InputError(
+                f"model mode {model.mode!r} needs the upstream key in ${model.key_env} (the "
+                "harness's environment; it never reaches the subject or the evidence)",
+                key="model.key_env",
+            )
+    cassettes: Path | None = None
+    if model.cassettes is not None:
+        cassettes = (ctx.base / model.cassettes).resolve()
+        if not cassettes.is_dir():
+            raise InputError(
+                f"model.cassettes {model.cassettes!r}: no such folder beside the spec",
+                key="model.cassettes",
+            )
+        actual = tree_digest(cassettes)
+        if actual != model.digest:
+            raise InputError(
+                f"model.cassettes {model.cassettes!r} hashes to {actual}, the spec declares "
+                f"{model.digest}: update model.digest (changed cassettes are a different subject)",
+                key="model.digest",
+            )
+        for task_id in ctx.task_ids():
+            path = cassettes / f"{task_id}.json"
+            if not path.is_file():
+                raise InputError(f"no cassette for task {task_id!r}", file=str(path))
+            cassette = load_cassette(path)  # InputError naming the file and the entry
+            want = "recorded" if model.mode == "replay" else "scripted"
+            if cassette.kind != want:
+                raise InputError(
+                    f"model mode {model.mode!r} serves a {want} cassette; this one is "
+                    f"{cassette.kind!r}",
+                    file=str(path),
+                    key="kind",
+                )
+
+    def plan(task_id: str) -> ModelProxyPlan:
+        return ModelProxyPlan(
+            mode=model.mode,
+            cassette=cassettes / f"{task_id}.json" if cassettes is not None else None,
+            provider=model.provider,
+            upstream=model.upstream,
+            key_env=model.key_env,
+        )
+
+    return plan
+
+
+def _expand(arg: str, env: BuiltEnvironment | None) -> str:
+    if env is None:
+        return arg
+    return arg.replace("{env}", str(env.path)).replace("{project}", str(env.project))
+
+
+def _task_id(task: Mapping[str, Any]) -> str:
+    tid = task.get("task_id")
+    if not isinstance(tid, str):
+        raise ValueError("the workload's subject task has no task_id")
+    return tid
+
+
+# ------------------------------------------------------------------------------ command: adapter
+
+
+class CommandAdapter:
+    """`command:<name>`: `config.argv` as the subject, in its environment when it declares one."""
+
+    def resolve(self, subject: Subject, ctx: ResolveContext) -> Launch:
+        cfg = typed_config(subject, CommandConfig)
+        built = ensure_built(cfg.environment, root=ctx.root) if cfg.environment else None
+        plans = model_plans(cfg.model, ctx) if cfg.model is not None else None
+        argv = [_expand(a, built) for a in cfg.argv]
+        env = {k: _expand(v, built) for k, v in cfg.env.items()}
+
+        def launch(task: Mapping[str, Any]) -> SubjectCommand:
+            return SubjectCommand(
+                argv=argv,
+                env=env,
+                max_relaunches=cfg.limits.max_relaunches,
+                timeout_s=cfg.limits.timeout_s,
+                task=dict(task),
+                model=plans(_task_id(task)) if plans is not None else None,
+                mcp=cfg.mcp,
+                tools=tuple(ctx.spec.tools),
+            )
+
+        return launch
+
+
+# ----------------------------------------------------------------------- mini-swe-agent: adapter
+
+ENV_CLASS = "afb_msa.environment.AfbSandboxEnvironment"
+
+
+def mini_task_text(task: Mapping[str, Any]) -> str:
+    """What mini-swe-agent is asked (its `-t`): the task without its known solution."""
+    tests = " ".join(str(t) for t in task.get("fail_to_pass", []))
+    return (
+        f"Task {task.get('task_id')}: the Python project in {task.get('src')} (read-only; work "
+        f"in a copy under /tmp/work) has a bug. Fix it so that these tests pass: {tests}. "
+        "Submit the fix as a unified diff (patch -p1) of the project."
+    )
+
+
+class MiniSweAgentAdapter:
+    """`mini-swe-agent:<name>`: the `mini` command of the pinned package, unmodified.
+
+    Its model is litellm's OpenAI client at the attempt's model proxy (OPENAI_BASE_URL); its
+    environment class (subjects/mini-swe-agent/afb_msa) runs every bash action in the sandbox
+    through the tool interposer and maps the submit command to the irreversible tool.
+    """
+
+    def resolve(self, subject: Subject, ctx: ResolveContext) -> Launch:
+        cfg = typed_config(subject, MiniSweAgentConfig)
+        built = ensure_built(cfg.environment, root=ctx.root)
+        if not (built.project / "afb_msa" / "environment.py").is_file():
+            raise InputError(
+                f"subject environment {cfg.environment.project!r} has no afb_msa/environment.py "
+                "(the environment class)",
+                key="environment.project",
+            )
+        plans = model_plans(cfg.model, ctx)
+        argv0 = [
+            str(built.python), "-m", "minisweagent.run.mini",
+            "-c", "mini.yaml",
+            "-c", f"agent.step_limit={cfg.step_limit}",
+            "-c", "agent.cost_limit=0",
+            "-c", f"environment.timeout={cfg.exec_timeout_s}",
+            "-c", "model.cost_tracking=ignore_errors",
+            "--agent-class", "default",
+            "--environment-class", ENV_CLASS,
+            "--model-class", "litellm",
+            "-m", cfg.model_name,
+            "--yolo", "--exit-immediately",
+            "-o", "trajectory.json",
+        ]  # fmt: skip
+        env = {
+            "PYTHONPATH": str(built.project),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "MSWEA_CONFIGURED": "true",
+            "MSWEA_SILENT_STARTUP": "1",
+            "MSWEA_COST_TRACKING": "ignore_errors",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "NO_COLOR": "1",
+            "TERM": "dumb",
+        }
+
+        def launch(task: Mapping[str, Any]) -> SubjectCommand:
+            return SubjectCommand(
+                argv=[*argv0, "-t", mini_task_text(task)],
+                env=env,
+                max_relaunches=cfg.limits.max_relaunches,
+                timeout_s=cfg.limits.timeout_s,
+                task=dict(task),
+                model=plans(_task_id(task)),
+            )
+
+        return launch
+
+
 register_adapter("reference", ReferenceAdapter())
+register_adapter("command", CommandAdapter())
+register_adapter("mini-swe-agent", MiniSweAgentAdapter())

@@ -24,7 +24,13 @@ from runner.evaluator.core.canonical import canonical_bytes, sha256_digest
 from runner.evaluator.core.errors import EvidenceError, InputError
 from runner.evaluator.core.inputs import project_root
 from runner.evaluator.evidence.journal import EvidenceStore, Journal, read_journal
-from runner.evaluator.evidence.records import EnvironmentRecorded, RunStarted
+from runner.evaluator.evidence.records import (
+    AttemptEnded,
+    AttemptStarted,
+    EnvironmentRecorded,
+    HarnessError,
+    RunStarted,
+)
 from runner.evaluator.protocol import freeze as freezing
 from runner.evaluator.protocol.identities import compute
 from runner.evaluator.protocol.matrix import Cell, Slot, resolve
@@ -131,6 +137,41 @@ class MatrixRun:
         return cls(spec_path, run_dir, spec, rp, workload, launchers)
 
     @classmethod
+    def for_worker(
+        cls,
+        spec_path: Path,
+        scratch_dir: Path,
+        run_id: str,
+        workload: Workload,
+        protocol_hash: str,
+    ) -> MatrixRun:
+        """The same run seen from a cluster worker: plans only, evidence into `scratch_dir`.
+
+        Nothing is written here (no protocol.json): the coordinator is the single writer of the
+        run directory. The spec must resolve to the coordinator's protocol, else InputError.
+        """
+        spec = load_spec(spec_path)
+        matrix = resolve(spec)
+        contracts = load_contracts(project_root() / "witnesses")
+        ids = compute(spec, spec_path, matrix, contracts)
+        if ids.protocol_hash != protocol_hash:
+            raise InputError(
+                f"this worker resolves the spec to protocol {ids.protocol_hash}, the run is "
+                f"under {protocol_hash} (another checkout or evaluator on this worker?)",
+                file=str(spec_path),
+            )
+        rp = RunProtocol(
+            run_id=run_id,
+            spec_name=spec_path.name,
+            spec_text=spec_path.read_text(encoding="utf-8"),
+            identities=ids,
+            slots=matrix.slots,
+            contracts=list(contracts.values()),
+            freeze_record=None,
+        )
+        return cls(spec_path, scratch_dir, spec, rp, workload, resolve_subjects(spec, spec_path))
+
+    @classmethod
     def resume(cls, spec_path: Path, run_dir: Path, workload: Workload) -> MatrixRun:
         if not (run_dir / PROTOCOL_FILE).is_file():
             raise InputError("not a run directory (no protocol.json)", file=str(run_dir))
@@ -163,15 +204,58 @@ class MatrixRun:
                 address = self.store.put_blob(canonical_bytes(environment))
                 j.append(EnvironmentRecorded(artifact=address, execution_environment_hash=env_hash))
 
-    def cell_states(self) -> list[CellState]:
-        """Per cell: attempts already in the evidence, and whether the cell is finished."""
-        cells = sorted(
+    def record_environment(self, artifact: bytes, env_hash: str) -> None:
+        """One more execution environment of this run (a cluster worker's), into run.jsonl."""
+        with self.store.journal("run") as j:
+            j.append(EnvironmentRecorded(artifact=self.store.put_blob(artifact),
+                                         execution_environment_hash=env_hash))  # fmt: skip
+
+    def record_lost_attempt(self, cell: Cell, attempt: int, stage: str, message: str,
+                            wall_ns: int) -> Path:  # fmt: skip
+        """An attempt that began elsewhere and never came back (its worker died): it stays in
+        the evidence as begun, failed at `stage` and ended by the harness, i.e. HARNESS_INVALID
+        with its cause, exactly as a local attempt that failed mid-way; the attempt policy then
+        decides the retry."""
+        slot = self.slots[cell.slot_id]
+        ref = {"cell_id": cell.cell_id, "attempt": attempt}
+        path = self._journal(cell, attempt)
+        if path.exists():
+            raise EvidenceError(f"{path}: attempt {attempt} of this cell is already recorded")
+        with self.store.journal(path.stem) as j:
+            j.append(
+                AttemptStarted(
+                    **ref,
+                    slot_id=cell.slot_id,
+                    subject_id=cell.subject_id,
+                    subject_config_hash=cell.subject_config_hash,
+                    fault_id=slot.schedule.fault_id,
+                    kind=slot.schedule.kind,
+                )
+            )
+            j.append(HarnessError(**ref, stage=stage, message=message[:4000]))
+            j.append(AttemptEnded(**ref, outcome="harness_error", trigger_reached=False,
+                                  wall_ns=str(max(0, wall_ns)), detail=stage))  # fmt: skip
+        return path
+
+    def cells(self) -> list[Cell]:
+        """Every cell of the run, in execution order."""
+        return sorted(
             (c for sid in sorted(self.rp.identities.subject_config_hashes)
              for c in _cells(self.rp, sid)),
             key=lambda c: (c.task_id, c.fault_id, c.seed, c.subject_id),
         )  # fmt: skip
+
+    def journal_path(self, cell: Cell, attempt: int) -> Path:
+        return self._journal(cell, attempt)
+
+    def attempt_finished(self, cell: Cell, n: int) -> bool:
+        """After attempt `n`: is the cell finished under the attempt policy (evaluator's call)?"""
+        return self._finished(cell, n)
+
+    def cell_states(self) -> list[CellState]:
+        """Per cell: attempts already in the evidence, and whether the cell is finished."""
         out = []
-        for cell in cells:
+        for cell in self.cells():
             n = 0
             while self._journal(cell, n + 1).exists():
                 n += 1
@@ -256,10 +340,11 @@ def execute(
     run_attempt: Callable[[AttemptPlan], Any],
     jobs: int,
     on_cell_done: Callable[[Cell, int], None] | None = None,
+    select: Callable[[Cell], bool] | None = None,
 ) -> RunSummary:
-    """Run every unfinished cell with up to `jobs` cells in parallel."""
+    """Run every unfinished cell (of those `select` keeps) with up to `jobs` in parallel."""
     t0 = time.perf_counter()
-    states = mrun.cell_states()
+    states = [s for s in mrun.cell_states() if select is None or select(s.cell)]
     todo = [s for s in states if not s.finished]
     ran = 0
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:

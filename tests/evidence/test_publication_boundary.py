@@ -74,11 +74,13 @@ def test_a_20_of_20_publishes_b_12_of_20_does_not_and_no_comparison(tmp_path: Pa
     assert "results/b/scorecard.json" not in files
     write_results(r.run_dir, files)
     out = tmp_path / "cmp"
+    reg = tmp_path / "reg.jsonl"
+    assert runner.invoke(app, ["registry", "init", "--registry", str(reg)]).exit_code == 0
     result = runner.invoke(
         app,
         ["compare", str(r.run_dir / "results/a/scorecard.json"),
          str(r.run_dir / "results/b/incomplete-evidence.json"), "--out", str(out),
-         "--registry", str(tmp_path / "reg.jsonl")],
+         "--registry", str(reg)],
     )  # fmt: skip
     assert result.exit_code == 4
     assert not out.exists()
@@ -418,11 +420,11 @@ def test_flipping_any_byte_in_a_run_directory_fails_verify(tmp_path: Path) -> No
 
 
 def test_verify_cli_names_the_first_mismatch(tmp_path: Path) -> None:
-    r = _evaluated(tmp_path)
-    assert runner.invoke(app, ["verify", str(r.run_dir)]).exit_code == 0
+    r = _evaluated(tmp_path)  # unsigned: the signature is tests/trust/'s subject
+    assert runner.invoke(app, ["verify", "--allow-unsigned", str(r.run_dir)]).exit_code == 0
     blob = next((r.run_dir / "results/a").glob("scorecard.json"))
     blob.write_bytes(blob.read_bytes().replace(b'"completed":', b'"completed":1', 1))
-    result = runner.invoke(app, ["verify", str(r.run_dir)])
+    result = runner.invoke(app, ["verify", "--allow-unsigned", str(r.run_dir)])
     assert result.exit_code == 3
     assert "scorecard.json" in result.output
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from runner.cli.keys import open_registry
 from runner.cli.main import app
 from runner.evaluator.core.canonical import canonical_bytes
 from runner.evaluator.core.errors import InputError
@@ -24,6 +25,12 @@ def _evaluated(d: Path, spec: Path = SPEC_AB, b: str = "completed") -> Path:
     return evaluated_run(d, b, spec_path=spec)
 
 
+def _new_registry(path: Path) -> Path:
+    """An empty registry with its signed head (the session's test key: tests/conftest.py)."""
+    assert cli.invoke(app, ["registry", "init", "--registry", str(path)]).exit_code == 0
+    return path
+
+
 def test_compare_two_publishable_scorecards(tmp_path: Path) -> None:
     run = _evaluated(tmp_path / "r")
     a, b = run / "results/a/scorecard.json", run / "results/b/scorecard.json"
@@ -32,7 +39,7 @@ def test_compare_two_publishable_scorecards(tmp_path: Path) -> None:
     assert [s.subject_id for s in comparison.subjects] == ["a", "b"]
     out = tmp_path / "cmp"
     res = cli.invoke(app, ["compare", str(a), str(b), "--out", str(out),
-                           "--registry", str(tmp_path / "reg.jsonl")])  # fmt: skip
+                           "--registry", str(_new_registry(tmp_path / "reg.jsonl"))])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert json.loads((out / "comparison.json").read_text())["protocol_hash"]
 
@@ -49,7 +56,7 @@ def test_cross_protocol_comparison_is_refused(tmp_path: Path) -> None:
     assert comparison is None and "protocol_hash_differs" in reasons
     out = tmp_path / "cmp"
     res = cli.invoke(app, ["compare", str(a), str(b), "--out", str(out),
-                           "--registry", str(tmp_path / "reg.jsonl")])  # fmt: skip
+                           "--registry", str(_new_registry(tmp_path / "reg.jsonl"))])  # fmt: skip
     assert res.exit_code == 4 and not out.exists()
 
 
@@ -101,7 +108,7 @@ def test_registry_lifecycle(tmp_path: Path) -> None:
 
 def test_registry_is_tamper_evident_and_cli(tmp_path: Path) -> None:
     run = _evaluated(tmp_path / "r")
-    path = tmp_path / "registry.jsonl"
+    path = _new_registry(tmp_path / "registry.jsonl")
     args = ["--registry", str(path)]
     assert (
         cli.invoke(app, ["registry", "add", str(run / "results/a/scorecard.json"), *args]).exit_code
@@ -111,12 +118,14 @@ def test_registry_is_tamper_evident_and_cli(tmp_path: Path) -> None:
     # another subject's scorecard is no source to derive from
     assert cli.invoke(app, ["registry", "add", str(run / "results/b/scorecard.json"),
                             "--derived-from", first, *args]).exit_code == 2  # fmt: skip
-    # a re-derived card of the same subject is (here: a's card naming its source)
+    # a loose card is refused by the CLI (it needs its bundle: tests/trust/); through the API,
+    # a re-derived card of the same subject is accepted (here: a's card naming its source)
     linked = tmp_path / "linked.json"
     doc = json.loads((run / "results/a/scorecard.json").read_bytes())
     linked.write_bytes(canonical_bytes({**doc, "derived_from": first}) + b"\n")
-    assert cli.invoke(app, ["registry", "add", str(linked),
-                            "--derived-from", first, *args]).exit_code == 0  # fmt: skip
+    res = cli.invoke(app, ["registry", "add", str(linked), "--derived-from", first, *args])
+    assert res.exit_code == 3 and "only inside its bundle" in res.output
+    open_registry(path, None, write=True).add(linked, first)  # signed head kept
     assert Registry(path).entries()[1].derived_from == first
     res = cli.invoke(app, ["registry", "withdraw", first, "--adjudication", "bad grader", *args])
     assert res.exit_code == 0
@@ -124,8 +133,10 @@ def test_registry_is_tamper_evident_and_cli(tmp_path: Path) -> None:
     lines = path.read_bytes().splitlines()
     lines[0] = lines[0].replace(b'"published"', b'"withdrawn"')
     path.write_bytes(b"\n".join(lines) + b"\n")
-    res = cli.invoke(app, ["registry", "list", *args])
-    assert res.exit_code == 2 and ("edited" in res.output or "chain" in res.output)
+    res = cli.invoke(app, ["registry", "list", *args])  # its signed head tells first
+    assert res.exit_code == 3 and "rewritten" in res.output
+    with pytest.raises(InputError, match=r"edited|chain"):  # and so does the chain
+        Registry(path).entries()
 
 
 def test_registry_last_line_is_sealed(tmp_path: Path) -> None:

@@ -18,7 +18,13 @@ from runner.evaluator.core.inputs import load_declaration
 ROOT = Path(__file__).resolve().parents[2]
 
 # layer -> module prefixes it must never import
-ABOVE_RUNTIME = ("runner.cli", "runner.orchestrate", "runner.history", "runner.report")
+ABOVE_RUNTIME = (
+    "runner.cli",
+    "runner.orchestrate",
+    "runner.history",
+    "runner.report",
+    "runner.scale",
+)
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "runner.evaluator": (
         *ABOVE_RUNTIME,

@@ -3,7 +3,7 @@
     cd /work/main && .venv/bin/python tests/perf/bench_evaluator.py [--cells 1000000]
         [--evidence full|terminal] [--ineligible 1] [--check]
     cd /work/main && .venv/bin/python tests/perf/bench_evaluator.py --from-journals
-        [--cells 1000000] [--tmp DIR]
+        [--cells 1000000] [--tmp DIR] [--keep DIR | --run-dir DIR]
 
 Generates a spec of TASKS tasks x (baseline + 4 fault kinds) x 1 seed x 4 subjects (TASKS =
 cells / 20; 50,000 tasks = 1,000,000 cells) and, per cell, one attempt with the records a real
@@ -35,9 +35,13 @@ after reading the journals, without reading them).
 (protocol.json and one journal per attempt, `<cell id prefix>-a1.jsonl`, hash-chained lines as
 the journal writer writes them, with 2 worker processes), then, each in a fresh process:
 `sha256`: plain hashlib.sha256 over every journal line (read from the same files; this pass also
-warms the page cache, so both passes read from memory); `evaluate`: `results.derive` (read and
-check every journal line, evidence root, terminal records, proofs, publication) and
-`results.write_results`, its wall time and peak RSS, and its ratio to the `sha256` pass.
+warms the page cache, so both passes read from memory); `evaluate`: `results.evaluate_into`
+(read and check every journal line, evidence root, terminal records, proofs, publication, every
+result file written as it is made; the journals read by 2 worker processes), its wall time, the
+peak RSS of its main process (`evaluate` row) and of its largest worker, its CPU time (main and
+workers, user and system), and its ratio to the `sha256` pass. `--keep DIR` keeps the written
+run directory; `--from-journals --run-dir DIR` measures an existing one (writing a million
+cells' journals takes long on a shared machine).
 
 The stages run with the cyclic GC paused, as `results.derive` runs them. (One script for the
 three modes, which share the synthesis: hence its length.) Peak memory is VmHWM (the process
@@ -97,14 +101,20 @@ from runner.evaluator.protocol.runfile import (  # noqa: E402
 from runner.evaluator.protocol.specload import load_spec  # noqa: E402
 from runner.evaluator.protocol.witness import load_contracts  # noqa: E402
 from runner.evaluator.publish.results import (  # noqa: E402
-    derive,
+    evaluate_into,
     paused_gc,
     render_results,
     write_results,
 )
 from runner.evaluator.verdict.eligibility import _cell_id, decide_subject, evaluate_run  # noqa: E402
 from runner.evaluator.verdict.outcomes import TerminalRecord, group_attempts, terminal_record  # noqa: E402
-from tests.evidence.synth import GOOD, NOOP, frozen_record  # noqa: E402
+from tests.evidence.synth import (  # noqa: E402
+    ACTUATOR_COMPONENT,
+    GOOD,
+    NOOP,
+    PHASES,
+    frozen_record,
+)
 
 EVALUATOR = "sha256:" + "0" * 64
 FAULTS = [
@@ -168,18 +178,26 @@ def attempt_records(
     if reached:
         fid = slot.schedule.fault_id
         trig = slot.schedule.trigger or {}
-        recs.append(TriggerReached(**ref, fault_id=fid, call_id="call-3", tool=trig["tool"],
-                                   ordinal=trig["ordinal"], phase=trig["phase"]))  # fmt: skip
+        table = (NOOP if noop else GOOD)[kind]
+
+        def observe(phase: str) -> None:  # each observation where the runtime writes it
+            for oname, obs in table.items():
+                if PHASES[kind][oname] == phase:
+                    recs.append(WitnessObservation(**ref, fault_id=fid, kind=kind, name=oname,
+                                                   observation=obs))  # fmt: skip
+
         for state in ("scheduled", "armed"):
             recs.append(LifecycleTransition(**ref, fault_id=fid, state=state))
+        recs.append(TriggerReached(**ref, fault_id=fid, call_id="call-3", tool=trig["tool"],
+                                   ordinal=trig["ordinal"], phase=trig["phase"]))  # fmt: skip
+        observe("before_injection")
         recs.append(ActuatorReceipt(**ref, fault_id=fid, kind=kind, actuator="bench",
-                                    applied=True))  # fmt: skip
+                                    component=ACTUATOR_COMPONENT[kind], applied=True))  # fmt: skip
         recs.append(LifecycleTransition(**ref, fault_id=fid, state="injected"))
-        for oname, obs in (NOOP if noop else GOOD)[kind].items():
-            recs.append(WitnessObservation(**ref, fault_id=fid, kind=kind, name=oname,
-                                           observation=obs))  # fmt: skip
+        observe("after_injection")
         recs.append(LifecycleTransition(**ref, fault_id=fid, state="witnessed"))
         recs.append(LifecycleTransition(**ref, fault_id=fid, state="recovered"))
+        observe("after_release")
     done = outcome != "failed"
     calls = 8 + (i % 3) if reached else 8
     recs.append(ToolCallCount(**ref, calls=calls, by_tool={"write_file": calls}))
@@ -489,11 +507,26 @@ def run_from_journals(b: Bench, rp: RunProtocol, table: Table, tmp: Path, inelig
     print(f"journals: {lines:,} lines, {size / 2**20:,.0f} MiB in {table.cells:,} files")
     sha = _child_json(["--sha-journals", str(run_dir)])
     table.add("sha256", sha["wall"], sha["mib"])
+    evaluate_existing(run_dir, table, sha)
+
+
+def evaluate_existing(run_dir: Path, table: Table, sha: dict[str, Any] | None = None) -> None:
     ev = _child_json(["--evaluate-journals", str(run_dir)])
     for stage, wall, mib in ev["rows"]:
-        table.add(stage, wall, mib, sha["wall"] if stage == "evaluate" else None)
+        table.add(stage, wall, mib, sha["wall"] if sha and stage == "evaluate" else None)
     print(f"derived files: {ev['size'] / 2**20:,.1f} MiB")
     print(f"decisions: {ev['decisions']}")
+    c = ev["cpu"]
+    print(
+        f"cpu: main {c['main_user_s']:.1f} s user + {c['main_sys_s']:.1f} s sys, workers "
+        f"{c['workers_user_s']:.1f} s user + {c['workers_sys_s']:.1f} s sys; peak RSS: main "
+        f"(evaluate row), largest worker {c['workers_peak_rss_mib']:.0f} MiB"
+    )
+
+
+def _cells_of(run_dir: Path) -> int:
+    rp = read_protocol(run_dir)
+    return len(rp.slots) * len(rp.identities.subject_config_hashes)
 
 
 def _child_json(args: list[str]) -> dict[str, Any]:
@@ -511,20 +544,25 @@ def sha_journals(run_dir: Path) -> None:
 
 
 def evaluate_journals(run_dir: Path) -> None:
-    """`bench evaluate` without the CLI: derive from the journals, write the results."""
+    """`bench evaluate` without the CLI: `results.evaluate_into` (derive from the journals,
+    results written as they are made; the journals read by 2 worker processes)."""
     t0 = time.perf_counter()
-    _, results, files = derive(run_dir, EVALUATOR)
-    t1 = time.perf_counter()
-    write_results(run_dir, files)
-    t2 = time.perf_counter()
-    rows = [("derive", t1 - t0, rss_mib()), ("write", t2 - t1, rss_mib())]
-    rows.append(("evaluate", t2 - t0, rss_mib()))
+    _, results = evaluate_into(run_dir, EVALUATOR)
+    wall = time.perf_counter() - t0
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    rows = [("evaluate", wall, rss_mib())]
     decided = {
         s: (r.evaluation.proof.decision, r.evaluation.proof.reason_codes[:3])
         for s, r in results.items()
     }
-    size = sum(len(v) for v in files.values())
-    print(json.dumps({"rows": rows, "size": size, "decisions": decided}))
+    size = sum(p.stat().st_size for p in (run_dir / "results").rglob("*") if p.is_file())
+    cpu = {
+        "main_user_s": me.ru_utime, "main_sys_s": me.ru_stime,
+        "workers_user_s": kids.ru_utime, "workers_sys_s": kids.ru_stime,
+        "workers_peak_rss_mib": kids.ru_maxrss / 1024,
+    }  # fmt: skip
+    print(json.dumps({"rows": rows, "size": size, "decisions": decided, "cpu": cpu}))
 
 
 def main() -> None:
@@ -545,7 +583,20 @@ def main() -> None:
     ap.add_argument("--check", action="store_true", help="compare bytes with the RFC 8785 ref")
     ap.add_argument("--from-journals", action="store_true", help="bench evaluate, end to end")
     ap.add_argument("--tmp", default="/var/tmp", help="where the run directory is written")
+    ap.add_argument(
+        "--run-dir", type=Path, default=None,
+        help="with --from-journals: evaluate this run directory (written by an earlier run of "
+        "this script with --keep) instead of writing one",
+    )  # fmt: skip
+    ap.add_argument("--keep", type=Path, default=None, help="keep the written run directory here")
     args = ap.parse_args()
+    if args.from_journals and args.run_dir is not None:
+        table = Table(_cells_of(args.run_dir))
+        sha = _child_json(["--sha-journals", str(args.run_dir)])
+        table.add("sha256", sha["wall"], sha["mib"])
+        evaluate_existing(args.run_dir, table, sha)
+        table.print()
+        return
     mode = args.evidence or ("full" if args.cells <= 100_000 else "terminal")
     if args.from_journals:
         mode = "journals"
@@ -563,6 +614,8 @@ def main() -> None:
         with paused_gc():
             if mode == "journals":
                 run_from_journals(b, rp, table, tmp, args.ineligible)
+                if args.keep is not None:
+                    (tmp / "run").rename(args.keep)
             elif mode == "full":
                 run_full(b, rp, table, args.check)
             else:

@@ -13,6 +13,7 @@ from runner.evaluator.protocol.faultkinds import NO_FAULT
 from runner.runtime.attempt.api import GradeContext, GradeOutcome, SubjectCommand
 from runner.runtime.attempt.run import journal_name, run_attempt
 from runner.runtime.attempt.services import RunServices
+from runner.runtime.attempt.subject import SUBJECT_UID_BASE
 from runner.runtime.selftest import selftest_plan, subject_python
 
 pytestmark = pytest.mark.runtime
@@ -49,7 +50,8 @@ def test_subject_cannot_write_evidence_or_forge_receipts(services: RunServices, 
     assert result.outcome == "subject_finished"
 
     report = json.loads((services.subject_root / journal_name(plan) / "hostile.json").read_text())
-    assert report["uid"] == 65534
+    # a uid of its own per attempt (attempt.subject): not root, not a login or podman id
+    assert report["uid"] >= SUBJECT_UID_BASE
     for key in ("append_journal", "create_journal", "list_run_dir", "write_blob"):
         assert report[key] == "PermissionError", report
     assert report["interposer_receipt"] == "404"

@@ -16,6 +16,9 @@ import rfc8785
 
 MAX_SAFE_INTEGER = 2**53 - 1
 DIGEST_PREFIX = "sha256:"
+# Arrays and objects nest at most this deep in any hashed or parsed value (README "Limits"):
+# deeper input is an error naming where, never a RecursionError.
+MAX_DEPTH = 128
 
 
 class CanonicalError(ValueError):
@@ -26,8 +29,14 @@ class CanonicalError(ValueError):
         super().__init__(f"at {self.path}: {message}")
 
 
-def _check(value: Any, path: str) -> None:
+def _too_deep(path: str) -> CanonicalError:
+    return CanonicalError(path[:200], f"nested more than {MAX_DEPTH} levels deep")
+
+
+def _check(value: Any, path: str, depth: int = 0) -> None:
     # Walk first so the error names the offending location; rfc8785 alone would not.
+    if depth > MAX_DEPTH:
+        raise _too_deep(path)
     if value is None or isinstance(value, bool):
         return
     if isinstance(value, int):
@@ -48,11 +57,11 @@ def _check(value: Any, path: str) -> None:
             if not isinstance(key, str):
                 raise CanonicalError(path, f"object key {key!r} is not a string")
             _check_text(key, path)
-            _check(item, f"{path}/{_escape(key)}")
+            _check(item, f"{path}/{_escape(key)}", depth + 1)
         return
     if isinstance(value, Sequence) and not isinstance(value, bytes | bytearray):
         for index, item in enumerate(value):
-            _check(item, f"{path}/{index}")
+            _check(item, f"{path}/{index}", depth + 1)
         return
     raise CanonicalError(path, f"type {type(value).__name__} has no JSON representation")
 
@@ -142,7 +151,7 @@ def fast_canonical_bytes(value: Any) -> bytes:
     """
     try:
         return JSON_ENCODER.encode(_jsonable(value)).encode("utf-8")
-    except (_Slow, UnicodeEncodeError):
+    except (_Slow, UnicodeEncodeError, RecursionError):  # deep values: _check names where
         return canonical_bytes(value)
 
 
@@ -180,6 +189,8 @@ class _Pairs(list[tuple[str, Any]]):
 
 
 def _build(value: Any, trail: list[str]) -> Any:
+    if len(trail) > MAX_DEPTH:
+        raise _too_deep(_pointer(trail))
     if isinstance(value, _Pairs):
         out: dict[str, Any] = {}
         for key, item in value:
@@ -210,5 +221,8 @@ def parse_json(text: str | bytes) -> Any:
 
     Both are rejected with a CanonicalError (a ValueError) naming the path.
     """
-    raw = json.loads(text, parse_constant=_Constant, object_pairs_hook=_Pairs)
+    try:
+        raw = json.loads(text, parse_constant=_Constant, object_pairs_hook=_Pairs)
+    except RecursionError as exc:
+        raise _too_deep("") from exc
     return _build(raw, [])

@@ -1,6 +1,17 @@
-"""Errors that reach a user as a clear message with exit code 2 (input) rather than a traceback."""
+"""Errors that reach a user as a clear message with exit code 2 (input) or 3 (evidence) rather
+than a traceback; messages are kept short (`shorten`), so a 10 MB value is never echoed whole."""
 
 from __future__ import annotations
+
+SHOWN = 200  # characters of one value shown in a message
+MESSAGE_MAX = 2000  # characters of a whole message
+
+
+def shorten(text: str, limit: int = SHOWN) -> str:
+    """`text` cut to `limit` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
 class InputError(Exception):
@@ -14,9 +25,9 @@ class InputError(Exception):
         key: str | None = None,
         line: int | None = None,
     ) -> None:
-        self.message = message
-        self.file = file
-        self.key = key
+        self.message = shorten(message, MESSAGE_MAX)
+        self.file = None if file is None else shorten(file)
+        self.key = None if key is None else shorten(key)
         self.line = line
         super().__init__(self.render())
 

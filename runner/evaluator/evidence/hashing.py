@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from runner.evaluator.core.canonical import MAX_SAFE_INTEGER, fast_canonical_bytes, fast_digest
@@ -34,6 +34,7 @@ TERMINAL_RECORDS_DOMAIN = b"afb.terminal-records/2\n"
 EVIDENCE_ROOT_DOMAIN = b"afb.evidence-root/1\n"
 SPILL_BYTES = 32 << 20  # packed leaves held in memory before a spill (about 1 M leaves)
 BUCKET_LEAVES = 1 << 20  # a bucket larger than this is split again by its next byte
+Export = tuple[str, list[list[tuple[int, int]]]]  # (spill file, per bucket its segments)
 
 
 def evidence_root(leaves: Iterable[str]) -> str:
@@ -48,11 +49,19 @@ def evidence_root(leaves: Iterable[str]) -> str:
 class EvidenceRoot:
     """`evidence_root` fed one leaf at a time, in bounded memory (an external radix sort)."""
 
-    def __init__(self, spill_bytes: int = SPILL_BYTES, bucket_leaves: int = BUCKET_LEAVES) -> None:
+    def __init__(
+        self,
+        spill_bytes: int = SPILL_BYTES,
+        bucket_leaves: int = BUCKET_LEAVES,
+        spill_path: str | None = None,
+    ) -> None:
+        """`spill_path`: spill to this file (created), not to an anonymous one, so that
+        another process can read the leaves (`export`)."""
         self._buckets = [bytearray() for _ in range(256)]
         self._held = 0
         self._spill_bytes = spill_bytes
         self._bucket_leaves = bucket_leaves
+        self._spill_path = spill_path
         self._file: Any = None  # the spill file, created on the first spill
         self._segments: list[list[tuple[int, int]]] = [[] for _ in range(256)]  # (offset, size)
         self.count = 0
@@ -74,7 +83,9 @@ class EvidenceRoot:
             self._spill()
 
     def _spill(self) -> None:
-        if self._file is None:
+        if self._file is None and self._spill_path is not None:
+            self._file = open(self._spill_path, "w+b")  # noqa: SIM115 (closed by value or export)
+        elif self._file is None:
             self._file = tempfile.TemporaryFile(prefix="afb-evidence-root-")  # noqa: SIM115 (closed by value)
         for b, buf in enumerate(self._buckets):
             if buf:
@@ -83,21 +94,39 @@ class EvidenceRoot:
                 self._buckets[b] = bytearray()
         self._held = 0
 
-    def _bucket(self, b: int) -> bytes:
-        parts = []
+    def _bucket(self, b: int, parts: Sequence[Export] = ()) -> bytes:
+        chunks = []
         for offset, size in self._segments[b]:
             self._file.seek(offset)
-            parts.append(self._file.read(size))
-        parts.append(bytes(self._buckets[b]))
+            chunks.append(self._file.read(size))
+        for path, segments in parts:
+            with open(path, "rb") as fh:
+                for offset, size in segments[b]:
+                    fh.seek(offset)
+                    chunks.append(fh.read(size))
+        chunks.append(bytes(self._buckets[b]))
         self._buckets[b] = bytearray()
-        return b"".join(parts)
+        return b"".join(chunks)
 
-    def value(self) -> str:
-        """The root. Consumes the leaves: call once."""
+    def export(self) -> Export:
+        """Spill every leaf to the `spill_path` file and say where each bucket's are, for
+        another process's `value(parts=...)`. Consumes the leaves."""
+        if self._spill_path is None:
+            raise RuntimeError("export() is for a root made with a spill_path")
+        self._spill()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        segments, self._segments = self._segments, [[] for _ in range(256)]
+        return self._spill_path, segments
+
+    def value(self, parts: Sequence[Export] = ()) -> str:
+        """The root over these leaves and those of `parts` (`export`s of other roots).
+        Consumes the leaves: call once."""
         h = hashlib.sha256(EVIDENCE_ROOT_DOMAIN)
         try:
             for b in range(256):
-                self._emit(h, self._bucket(b), 1)
+                self._emit(h, self._bucket(b, parts), 1)
         finally:
             if self._file is not None:
                 self._file.close()

@@ -16,6 +16,7 @@ the evidence root (`hashing.EvidenceRoot`), which is known once `cell_groups` is
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -23,8 +24,8 @@ from pathlib import Path
 
 from runner.evaluator.core.errors import EvidenceError
 
-from .hashing import EvidenceRoot
-from .journal import EvidenceStore, read_journal
+from .hashing import EvidenceRoot, Export
+from .journal import JOURNALS, EvidenceStore, read_journal, read_verified
 from .records import EnvironmentRecorded, QuarantinedTail, Record
 
 Positioned = tuple[str, int, Record]  # (journal name, seq, record)
@@ -78,22 +79,24 @@ class LoadedEvidence:
 
     @classmethod
     def from_store(cls, store: EvidenceStore) -> LoadedEvidence:
-        return _StreamedEvidence(store)
+        return StreamedEvidence(store)
 
 
-class _StreamedEvidence(LoadedEvidence):
+class StreamedEvidence(LoadedEvidence):
     """A run directory's evidence: run-level journals read now, attempt journals streamed."""
 
     def __init__(self, store: EvidenceStore) -> None:
         self._leaves: EvidenceRoot | None = EvidenceRoot()
-        self._attempt_paths: list[Path] = []
+        self._dir = store.run_dir / JOURNALS
+        self._attempts: list[str] = []  # attempt journals' stems, in name order
         env: list[EnvironmentRecorded] = []
-        for path in store.journal_paths():
-            if ATTEMPT_JOURNAL.fullmatch(path.stem):
-                self._attempt_paths.append(path)
+        for name in store.journal_names():
+            stem = name[: -len(".jsonl")]
+            if ATTEMPT_JOURNAL.fullmatch(stem):
+                self._attempts.append(stem)
                 continue
-            for entry in read_journal(path):
-                check_placement(path.stem, entry.record)
+            for entry in read_journal(self._dir / name):
+                check_placement(stem, entry.record)
                 self._leaves.add(entry.leaf)
                 if isinstance(entry.record, EnvironmentRecorded):
                     env.append(entry.record)
@@ -102,21 +105,66 @@ class _StreamedEvidence(LoadedEvidence):
 
     def cell_groups(self) -> Iterator[CellGroup]:
         """Single use: reading the attempt journals also completes the evidence root."""
+        leaves = self._take()
+        yield from _groups(self._journals(leaves, self._attempts))
+        self._root = leaves.value()
+
+    def _take(self) -> EvidenceRoot:
         if self._leaves is None:
             raise RuntimeError("cell_groups() streams the journals once")
         leaves, self._leaves = self._leaves, None
-        yield from _groups(self._journals(leaves))
-        self._root = leaves.value()
+        return leaves
 
-    def _journals(self, leaves: EvidenceRoot) -> Iterator[tuple[str, list[Positioned]]]:
-        for path in self._attempt_paths:
-            name = path.stem
-            records: list[Positioned] = []
-            for entry in read_journal(path):
-                check_placement(name, entry.record)
-                leaves.add(entry.leaf)
-                records.append((name, entry.seq, entry.record))
-            yield name, records
+    def _journals(
+        self, leaves: EvidenceRoot, stems: Iterable[str]
+    ) -> Iterator[tuple[str, list[Positioned]]]:
+        for stem in stems:
+            yield stem, attempt_records(self._dir / f"{stem}.jsonl", leaves)
+
+    # Reading in parallel (verdict/terminals.py): each process streams one range of cell ids
+    # (`range_groups`, with its own leaves), the parent completes the root from their exports.
+    # A range's journals are handed over as one bytes object (`ranges`), so a forked process
+    # reads none of the parent's objects (each one read would be copied into it).
+
+    def parallel(self, threshold: int) -> bool:
+        """Whether there are enough attempt journals to read them in parallel."""
+        return self._leaves is not None and len(self._attempts) >= threshold
+
+    def ranges(self, bounds: list[int]) -> list[bytes]:
+        """Per range [bounds[i], bounds[i+1]) of first cell-id bytes, its attempt journals'
+        stems, newline-separated (a stem is hex digits, `-a` and digits)."""
+        starts = [bisect.bisect_left(self._attempts, f"{b:02x}") for b in bounds[:-1]]
+        ends = [*starts[1:], len(self._attempts)]
+        return ["\n".join(self._attempts[a:b]).encode() for a, b in zip(starts, ends, strict=True)]
+
+    def range_groups(self, stems: bytes, leaves: EvidenceRoot) -> Iterator[CellGroup]:
+        """`cell_groups` of one range's journals (`ranges`), their leaves added to `leaves`
+        (not to this evidence's root: see `complete`)."""
+        names = stems.decode().split("\n") if stems else []
+        return _groups(self._journals(leaves, names))
+
+    def complete(self, parts: list[Export]) -> None:
+        """The root over the run-level leaves and every range's (`EvidenceRoot.export`)."""
+        self._root = self._take().value(parts)
+
+
+def attempt_records(path: Path, leaves: EvidenceRoot) -> list[Positioned]:
+    """One attempt journal's verified records, each checked in place (`check_placement`, the
+    journal's name parsed once), their leaves added to `leaves`."""
+    name = path.stem
+    m = ATTEMPT_JOURNAL.fullmatch(name)
+    if m is None:
+        raise ValueError(f"not an attempt journal: {name}")
+    prefix, attempt = m[1], int(m[2])
+    add = leaves.add_digest
+    records: list[Positioned] = []
+    for seq, _, _, record, _, leaf in read_verified(path):
+        cell = getattr(record, "cell_id", None)
+        if cell is None or cell[7:23] != prefix or record.attempt != attempt:  # type: ignore[union-attr]
+            check_placement(name, record)  # the precise error, or a quarantined tail
+        add(leaf)
+        records.append((name, seq, record))
+    return records
 
 
 def _groups(journals: Iterable[tuple[str, list[Positioned]]]) -> Iterator[CellGroup]:

@@ -3,18 +3,28 @@
 A protocol is a draft until a freeze record binds its protocol_hash. Any later change to a rule,
 schema, contract or evaluator input gives a new protocol_hash; the log then says an amendment is
 required, and `amend` appends one naming its parent. Records are never edited.
+
+Writers are serialised: `freeze` and `amend` read the log, decide and append under an exclusive
+`flock` on the log's directory (no lock file beside the spec), with one O_APPEND write and an
+fsync per record, so racing freezes or amendments never interleave or fork the chain. Git
+history anchors the committed logs (tests/trust/test_append_only_history.py), and a signed head
+(runner/evaluator/trust/head.py) can anchor a local one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import os
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, ValidationError
 
+from runner.evaluator.core.bounded import JSON_INPUT_CAP, read_bounded
 from runner.evaluator.core.canonical import canonical_bytes, digest, parse_json
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.types import Frozen
@@ -59,7 +69,8 @@ def read_log(spec_path: Path) -> list[FreezeRecord]:
         return []
     records: list[FreezeRecord] = []
     previous: str | None = None
-    for n, line in enumerate(path.read_bytes().splitlines(), start=1):
+    data = read_bounded(path, JSON_INPUT_CAP)  # a FIFO or a huge file is refused, not read
+    for n, line in enumerate(data.splitlines(), start=1):
         try:
             rec = FreezeRecord.model_validate(parse_json(line))
         except (ValueError, ValidationError) as exc:
@@ -98,12 +109,29 @@ def status(spec_path: Path, ids: Identities) -> tuple[ProtocolStatus, FreezeReco
     return ProtocolStatus.AMENDMENT_REQUIRED, last
 
 
+@contextlib.contextmanager
+def locked(spec_path: Path) -> Iterator[None]:
+    """One writer of the spec's freeze log at a time (an exclusive flock on its directory)."""
+    directory = log_path(spec_path).parent
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise InputError(f"cannot open the spec's directory: {exc.strerror}",
+                         file=str(directory)) from exc  # fmt: skip
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 def _append(spec_path: Path, rec: FreezeRecord) -> None:
     path = log_path(spec_path)
     line = canonical_bytes(rec.model_dump(mode="json")) + b"\n"
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, line)
+        if os.write(fd, line) != len(line):
+            raise OSError(f"{path}: short write")
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -114,6 +142,11 @@ def _now() -> str:
 
 
 def freeze(spec_path: Path, ids: Identities, reason: str = "initial freeze") -> FreezeRecord:
+    with locked(spec_path):
+        return _freeze(spec_path, ids, reason)
+
+
+def _freeze(spec_path: Path, ids: Identities, reason: str) -> FreezeRecord:
     state, last = status(spec_path, ids)
     if state is ProtocolStatus.FROZEN:
         assert last is not None
@@ -142,6 +175,11 @@ def freeze(spec_path: Path, ids: Identities, reason: str = "initial freeze") -> 
 def amend(spec_path: Path, ids: Identities, reason: str) -> FreezeRecord:
     if not reason.strip():
         raise InputError("an amendment needs a --reason", file=str(spec_path))
+    with locked(spec_path):
+        return _amend(spec_path, ids, reason)
+
+
+def _amend(spec_path: Path, ids: Identities, reason: str) -> FreezeRecord:
     records = read_log(spec_path)
     if not records:
         raise InputError("this protocol is a draft; freeze it first", file=str(spec_path))

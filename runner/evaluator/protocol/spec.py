@@ -20,6 +20,7 @@ from runner.evaluator.core.canonical import MAX_SAFE_INTEGER, canonical_bytes
 from runner.evaluator.core.types import RETRYABLE, Lax, Phase, Status, StrictFrozen
 
 from .faultkinds import NO_FAULT, FaultKind, kind_def
+from .subjects import MODEL_TOOL
 
 SPEC_SCHEMA_VERSION = "afb.spec/1"
 Ident = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")]
@@ -87,7 +88,10 @@ class Trigger(StrictFrozen):
     """A benchmark-owned semantic checkpoint; never a wall-clock offset."""
 
     event: Literal["tool_call"] = "tool_call"
-    tool: str = Field(description="the tool name the trigger selects, or '*' for any tool")
+    tool: str = Field(
+        description="the tool name the trigger selects, '*' for any tool, or 'model' for the "
+        "subject's model calls (through the model proxy)"
+    )
     ordinal: int = Field(ge=1, le=10_000, description="the Nth matching call (1-based)")
     phase: Annotated[Phase, Lax]
 
@@ -380,10 +384,11 @@ class Spec(StrictFrozen):
         set_ids = {s.id for s in self.task_sets}
         buckets = {b for s in self.task_sets for b in s.buckets}
         for i, f in enumerate(self.faults):
-            if f.trigger.tool != "*" and f.trigger.tool not in tool_names:
+            if f.trigger.tool not in ("*", MODEL_TOOL) and f.trigger.tool not in tool_names:
                 raise LocatedError(
                     ("faults", i, "trigger", "tool"),
-                    f"unknown tool {f.trigger.tool!r}; declared tools: {sorted(tool_names)}",
+                    f"unknown tool {f.trigger.tool!r}; declared tools: {sorted(tool_names)} "
+                    f"(and {MODEL_TOOL!r}: a subject's model calls through the model proxy)",
                 )
             for s in f.applies_to.task_sets or []:
                 if s not in set_ids:

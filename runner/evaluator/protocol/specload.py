@@ -6,15 +6,18 @@ best-effort locator (`_locate_line`). The models and their rules are in spec.py.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from runner.evaluator.core.canonical import CanonicalError, canonical_bytes
-from runner.evaluator.core.errors import InputError
+from runner.evaluator.core.bounded import SPEC_CAP, check_path, file_kind, read_text_bounded
+from runner.evaluator.core.canonical import MAX_DEPTH, CanonicalError, canonical_bytes
+from runner.evaluator.core.errors import InputError, shorten
 from runner.evaluator.core.inputs import project_root
 
 from .spec import LocatedError, Spec
@@ -181,10 +184,10 @@ _TOML_LINE = re.compile(r"at line (\d+)")
 def load_spec(path: Path) -> Spec:
     """Parse and validate a spec file; every input mistake becomes an InputError."""
     name = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read spec: {exc}", file=name) from exc
+    try:  # a regular file, size-capped, read without blocking
+        text = read_text_bounded(path, SPEC_CAP)
+    except InputError as exc:
+        raise InputError(f"cannot read spec: {exc.message}", file=name) from exc
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -192,6 +195,16 @@ def load_spec(path: Path) -> Spec:
         raise InputError(
             f"malformed TOML: {exc}", file=name, line=int(m.group(1)) if m else None
         ) from exc
+    except RecursionError as exc:  # tomllib recurses per nesting level (~500 levels)
+        raise InputError(f"malformed TOML: nested more than {MAX_DEPTH} levels", file=name) from exc
+    deep = _too_deep(raw)
+    if deep is not None:
+        raise InputError(
+            f"nested more than {MAX_DEPTH} levels deep",
+            file=name,
+            key=_keypath(deep) or None,
+            line=_locate_line(text, deep[:8]),
+        )
     try:
         canonical_bytes(_plain(raw))
     except CanonicalError as exc:
@@ -228,6 +241,21 @@ def load_spec(path: Path) -> Spec:
         ) from exc
     _check_paths(spec, path, text)
     return spec
+
+
+def _too_deep(raw: Any) -> tuple[str | int, ...] | None:
+    """The key path of the first value nested deeper than MAX_DEPTH, walked without recursion
+    (a deep value must not crash the walk that looks for it)."""
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(raw, ())]
+    while stack:
+        node, loc = stack.pop()
+        if len(loc) > MAX_DEPTH:
+            return loc
+        if isinstance(node, dict):
+            stack.extend((v, (*loc, k)) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, (*loc, i)) for i, v in enumerate(node))
+    return None
 
 
 def _pointer_loc(raw: Any, pointer: str) -> tuple[str | int, ...]:
@@ -287,7 +315,7 @@ def _describe(err: Any, loc: tuple[Any, ...] = ()) -> str:
     if kind == "value_error":
         return str(err["msg"]).removeprefix("Value error, ")
     got = err.get("input")
-    shown = f" (got {got!r})" if not isinstance(got, dict | list) else ""
+    shown = f" (got {shorten(repr(got))})" if not isinstance(got, dict | list) else ""
     return "expected: " + str(err["msg"]).removeprefix("Value error, ") + shown
 
 
@@ -310,7 +338,19 @@ def _check_paths(spec: Spec, spec_path: Path, text: str = "") -> None:
                 checks.append((("task_sets", si, "tasks", ti, "path"), t.path))
     for loc, rel in checks:
         key, line = _keypath(loc), _locate_line(text, loc)
-        resolved = (base / rel).resolve()
+        try:
+            check_path(rel)
+            resolved = (base / rel).resolve()
+        except InputError as exc:
+            raise InputError(exc.message, file=str(spec_path), key=key, line=line) from exc
+        except (OSError, RuntimeError, ValueError) as exc:  # RuntimeError: a symlink loop (3.11)
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise InputError(
+                f"path {shorten(repr(rel))} cannot be resolved: {shorten(why)}",
+                file=str(spec_path),
+                key=key,
+                line=line,
+            ) from exc
         if Path(rel).is_absolute() or not resolved.is_relative_to(base):
             raise InputError(
                 f"path {rel!r} escapes the spec's folder; expected a path relative to, and "
@@ -321,7 +361,16 @@ def _check_paths(spec: Spec, spec_path: Path, text: str = "") -> None:
             )
         if not resolved.exists():
             raise InputError(
-                f"path {rel!r} does not exist (relative to {base})",
+                f"path {shorten(repr(rel))} does not exist (relative to {base})",
+                file=str(spec_path),
+                key=key,
+                line=line,
+            )
+        odd = _odd_entry(resolved)
+        if odd is not None:
+            raise InputError(
+                f"path {shorten(repr(rel))} holds {odd}; a task folder holds only regular "
+                "files, directories and symlinks",
                 file=str(spec_path),
                 key=key,
                 line=line,
@@ -329,10 +378,15 @@ def _check_paths(spec: Spec, spec_path: Path, text: str = "") -> None:
     root = project_root()
     for i, c in enumerate(spec.grader.code):
         key = f"grader.code[{i}]"
-        resolved = (root / c).resolve()
-        if Path(c).is_absolute() or not resolved.is_relative_to(root) or not resolved.is_file():
+        try:
+            check_path(c)
+            resolved = (root / c).resolve()
+            inside = resolved.is_relative_to(root) and stat.S_ISREG(os.stat(resolved).st_mode)
+        except (InputError, OSError, RuntimeError, ValueError):
+            inside = False
+        if Path(c).is_absolute() or not inside:
             raise InputError(
-                f"grader file {c!r} is not a file inside the checkout {root}",
+                f"grader file {shorten(repr(c))} is not a file inside the checkout {root}",
                 file=str(spec_path),
                 key=key,
             )
@@ -342,6 +396,27 @@ def _check_paths(spec: Spec, spec_path: Path, text: str = "") -> None:
             file=str(spec_path),
             key="grader.image",
         )
+
+
+def _odd_entry(root: Path) -> str | None:
+    """The first entry below `root` a NAR cannot hold (a FIFO, socket, device), described; the
+    type is read with lstat, so nothing is opened and nothing blocks."""
+    stack = [root]
+    while stack:
+        path = stack.pop()
+        try:
+            st = os.lstat(path)
+        except OSError as exc:
+            return f"an unreadable entry {shorten(str(path))} ({exc.strerror})"
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                names = sorted(os.listdir(path))
+            except OSError as exc:
+                return f"an unreadable directory {shorten(str(path))} ({exc.strerror})"
+            stack.extend(path / n for n in names)
+        elif not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+            return f"a {file_kind(st.st_mode)} {shorten(str(path))}"
+    return None
 
 
 def spec_base(spec_path: Path) -> Path:

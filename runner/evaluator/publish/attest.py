@@ -1,10 +1,13 @@
-"""Provenance of a published scorecard as an in-toto Statement v1 (unsigned: no network here).
+"""Provenance of a published scorecard as an in-toto Statement v1.
 
 results/<subject>/scorecard.intoto.json is derived like every other result file, so `bench verify`
 and `bench reproduce` re-derive it byte for byte. Its subject is scorecard.json by the SHA-256 of
 its bytes; its predicate binds what the scorecard was judged under: the protocol, the evaluator,
 the evidence root, the environment conformance proof and the sandbox image(s) the run's
-environment artifacts name. Signing (DSSE envelope) is left to a machine that holds a key.
+environment artifacts name. The statement file itself is unsigned (it is a derived result, the
+same on every machine); the runner signs its bytes as a DSSE envelope beside the evidence,
+signatures/<subject>.scorecard.dsse.json (runner/trust/sign.py; checked by
+runner/evaluator/trust/run.py).
 
 Statement layout: https://github.com/in-toto/attestation/blob/main/spec/v1/statement.md
 """

@@ -45,10 +45,14 @@ def _matches_proof(ev: SubjectEvaluation) -> None:
 
 
 def _state(status: Status | None) -> str:
-    """A cell's evidence state: a subject outcome is sealed, never named."""
+    """A cell's evidence state: a subject outcome is sealed, never named.
+
+    SCENARIO_MISMATCH is sealed too: an unreached trigger is SCENARIO_MISMATCH when the subject
+    completed the cell and SUBJECT_PRE_TRIGGER_FAILURE when it did not, so naming either would
+    tell completions from failures (tests/hardening/test_boundary_differential.py)."""
     if status is None:
         return MISSING
-    if status in SUBJECT_OUTCOMES and status is not Status.SCENARIO_MISMATCH:
+    if status in SUBJECT_OUTCOMES:
         return SEALED
     return status.value
 

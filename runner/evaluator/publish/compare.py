@@ -61,8 +61,13 @@ def compare(
     paths: list[Path],
     env_check: EnvPairCheck | None = None,
     retired: Callable[[str], str | None] | None = None,
+    check: Callable[[Path], list[str]] | None = None,
 ) -> tuple[Comparison | None, list[str]]:
-    """Load result files and gate them; refuse anything that is not a publishable scorecard."""
+    """Load result files and gate them; refuse anything that is not a publishable scorecard.
+
+    `check` (runner/evaluator/trust/bundle.py, what `bench compare` passes) says why a scorecard
+    is not accepted as evidence: not inside its bundle, unsigned or signed by an untrusted key,
+    or not what its bundle's evidence derives. Each such reason refuses the comparison."""
     reasons: list[str] = []
     cards: list[tuple[Path, PublishableScorecard]] = []
     if len(paths) < 2:
@@ -77,6 +82,8 @@ def compare(
             why = f"{p}: incomplete evidence for subject {r.subject_id}"
             reasons.append(R.qualified(R.NOT_PUBLISHABLE, why))
             continue
+        if check is not None:
+            reasons += [R.qualified(R.NOT_PUBLISHABLE, why) for why in check(p)]
         state = retired(r.scorecard_hash()) if retired else None
         if state:  # R.SUPERSEDED or R.WITHDRAWN: the registry state is the code
             reasons.append(R.qualified(state, p))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from runner.evaluator.core.bounded import JSON_INPUT_CAP, read_bounded
 from runner.evaluator.core.canonical import parse_json
 from runner.evaluator.core.errors import EvidenceError
 
@@ -19,7 +20,7 @@ from .models import (
 def load_result(path: Path) -> PublishableScorecard | IncompleteEvidenceReport:
     """Read a written result file; only a valid scorecard parses as one."""
     try:
-        doc = parse_json(path.read_bytes())
+        doc = parse_json(read_bounded(path, JSON_INPUT_CAP, evidence=True))
     except (OSError, ValueError) as exc:
         raise EvidenceError(f"{path}: cannot read result: {exc}") from exc
     kinds = {"publishable_scorecard": SCORECARD_SCHEMA, "incomplete_evidence": REPORT_SCHEMA}

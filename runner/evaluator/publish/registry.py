@@ -3,7 +3,15 @@
 Nothing is edited in place: a wrong result is marked superseded (with the adjudication and the
 replacement protocol hash) or withdrawn; a regraded scorecard links `derived_from` (its own
 field, or --derived-from), which must name a scorecard already in the registry. A scorecard of a
-draft protocol is never registered.
+draft protocol is never registered, and the same scorecard is registered once (a second `add`
+is refused, naming it).
+
+Writers are serialised by an exclusive `flock` on a sidecar lock file: each reads the state,
+decides and appends under it (O_APPEND, one write per line, fsync), so concurrent writers never
+interleave, break the chain or register a card twice. The caller's `anchor` (a check of the
+signed head, runner/evaluator/trust/head.py) runs before every read, under a shared lock, and
+its `sealer` (re-signing that head) after every append, under the exclusive lock; `check`
+(runner/evaluator/trust/bundle.py) decides whether a scorecard is accepted at all.
 """
 
 from __future__ import annotations
@@ -12,14 +20,15 @@ import contextlib
 import datetime as dt
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
 
 from pydantic import ValidationError
 
+from runner.evaluator.core.bounded import JSON_INPUT_CAP, read_bounded
 from runner.evaluator.core.canonical import canonical_bytes, digest, is_digest, parse_json
-from runner.evaluator.core.errors import InputError
+from runner.evaluator.core.errors import EvidenceError, InputError
 from runner.evaluator.core.types import Frozen
 from runner.evaluator.verdict import reasons as R
 
@@ -51,16 +60,35 @@ class RegistryEntry(Frozen):
         return self.model_copy(update={"record_hash": digest(self.body())})
 
 
+Anchor = Callable[[Path], object]  # raises (TrustError) when the log is not its signed head
+Sealer = Callable[[Path], object]  # re-signs the log's head after an append
+Check = Callable[[Path], list[str]]  # why a scorecard is refused (empty: accepted)
+
+
 class Registry:
-    def __init__(self, path: Path) -> None:
+    def __init__(
+        self, path: Path, *, anchor: Anchor | None = None, sealer: Sealer | None = None
+    ) -> None:
         self.path = path
+        self.anchor = anchor
+        self.sealer = sealer
+        self._writing = False  # this object holds the exclusive lock
 
     def entries(self) -> list[RegistryEntry]:
+        if self._writing or self.anchor is None:
+            return self._entries()
+        with self._lock(fcntl.LOCK_SH):  # a writer appends and re-signs under LOCK_EX
+            return self._entries()
+
+    def _entries(self) -> list[RegistryEntry]:
         if not self.path.exists():
             return []
+        if self.anchor is not None:
+            self.anchor(self.path)
         out: list[RegistryEntry] = []
         prev = None
-        for n, line in enumerate(self.path.read_bytes().splitlines(), start=1):
+        data = read_bounded(self.path, JSON_INPUT_CAP)  # a FIFO or a huge file is refused
+        for n, line in enumerate(data.splitlines(), start=1):
             try:
                 e = RegistryEntry.model_validate(parse_json(line))
             except (ValueError, ValidationError) as exc:
@@ -87,33 +115,72 @@ class Registry:
         return e.type if e and e.type != "published" else None
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        """One writer at a time: read the state, decide and append under one exclusive lock
-        (a sidecar file, so readers of the registry itself never wait)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    def _lock(self, kind: int) -> Iterator[None]:
+        """A `flock` on the sidecar lock file (readers of the registry file never need it)."""
+        lock = self.path.with_name(self.path.name + ".lock")
+        if kind == fcntl.LOCK_EX:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        else:
+            try:
+                fd = os.open(lock, os.O_RDONLY)
+            except OSError:  # no lock file (or a read-only copy): nobody is writing here
+                yield
+                return
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(fd, kind)
             yield
         finally:
             os.close(fd)  # closing releases the lock
 
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """One writer at a time: read the state, decide, append and re-sign under one exclusive
+        lock."""
+        with self._lock(fcntl.LOCK_EX):
+            self._writing = True
+            try:
+                yield
+            finally:
+                self._writing = False
+
     def _append(self, e: RegistryEntry) -> RegistryEntry:
         e = e.sealed()
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        line = canonical_bytes(e.model_dump(mode="json")) + b"\n"
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, canonical_bytes(e.model_dump(mode="json")) + b"\n")
+            if os.write(fd, line) != len(line):
+                raise OSError(f"{self.path}: short write")
             os.fsync(fd)
         finally:
             os.close(fd)
+        if self.sealer is not None:
+            self.sealer(self.path)
         return e
+
+    def seal(self) -> None:
+        """Re-sign the head over the registry as it is (after checking its chain): for a
+        registry that has no head yet, or one a crash left between an append and its head."""
+        if self.sealer is None:
+            raise InputError("sealing needs the signing key")
+        with self._locked():
+            anchor, self.anchor = self.anchor, None
+            try:
+                self._entries()  # the chain and every entry's seal must hold
+            finally:
+                self.anchor = anchor
+            self.sealer(self.path)
 
     def _previous(self) -> str | None:
         es = self.entries()
         return digest(es[-1].model_dump(mode="json")) if es else None
 
-    def add(self, scorecard: Path, derived_from: str | None = None) -> RegistryEntry:
+    def add(
+        self, scorecard: Path, derived_from: str | None = None, check: Check | None = None
+    ) -> RegistryEntry:
+        """Register a publishable scorecard; with `check`, only one it accepts (an
+        EvidenceError naming why, otherwise)."""
         try:
             card = load_result(scorecard)
         except (ValueError, ValidationError) as exc:
@@ -124,6 +191,11 @@ class Registry:
             raise InputError(
                 f"{R.PROTOCOL_NOT_FROZEN}: a draft never publishes", file=str(scorecard)
             )
+        if check is not None:
+            problems = check(scorecard)
+            if problems:
+                more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+                raise EvidenceError(f"refused: {problems[0]}{more}")
         h = card.scorecard_hash()
         with self._locked():
             return self._add(card, h, scorecard, derived_from)

@@ -19,17 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runner.evaluator.core.bounded import RESULT_FILE_CAP, read_bounded
 from runner.evaluator.core.canonical import (
     canonical_bytes,
     fast_canonical_bytes,
     is_digest,
     parse_json,
-    sha256_digest,
 )
 from runner.evaluator.core.errors import EvidenceError
-from runner.evaluator.evidence.journal import BLOBS, JOURNALS, EvidenceStore
+from runner.evaluator.evidence.journal import JOURNALS, EvidenceStore
+from runner.evaluator.evidence.layout import check as check_layout
+from runner.evaluator.evidence.layout import run_record_problems
 from runner.evaluator.evidence.loading import LoadedEvidence
-from runner.evaluator.evidence.records import QuarantinedTail
 from runner.evaluator.protocol.runfile import (
     PROTOCOL_FILE,
     RunProtocol,
@@ -41,6 +42,7 @@ from runner.evaluator.verdict.eligibility import (
     EnvironmentCheck,
     SubjectEvaluation,
     evaluate_run,
+    evaluate_subjects,
 )
 
 from .attest import Image, images_of, statements
@@ -109,7 +111,7 @@ def _derive(
     # record is checked against the evidence once that is read, and written again as it was.
     regrade = _regrade_record(run_dir, rp, evaluator_digest)
     evaluations = evaluate_run(rp, evidence, evaluator_digest, env, regrading=regrade is not None)
-    artifacts = [f"{JOURNALS}/{p.name}" for p in store.journal_paths()] + [PROTOCOL_FILE]
+    artifacts = [f"{JOURNALS}/{n}" for n in store.journal_names()] + [PROTOCOL_FILE]
     derived = None
     if regrade is not None:
         _, record = regrade
@@ -191,50 +193,143 @@ def render_results(
     Markdown only when listed). `derived_from` (subject -> old scorecard hash) is set by a
     regrade only. Each scorecard gets its in-toto statement (attest.py), naming `images`.
     """
+    files: dict[str, bytes] = {}
+    out = _render(
+        rp, iter(sorted(evaluations.items())), artifacts, env, derived_from, images,
+        files.__setitem__, hold=True,
+    )  # fmt: skip
+    return out, files
+
+
+def _render(
+    rp: RunProtocol,
+    subjects: Iterator[tuple[str, SubjectEvaluation]],
+    artifacts: list[str],
+    env: EnvironmentCheck,
+    derived_from: Mapping[str, str] | None,
+    images: Sequence[Image],
+    put: Callable[[str, bytes], None],
+    hold: bool,
+) -> dict[str, SubjectResult]:
+    """`render_results` over subjects given in subject-id order, each file handed to `put` as
+    soon as it is made (the same files, in the same order). `hold=False` keeps no subject's
+    lines: each evaluation is dropped once its files are out (`SubjectEvaluation.held`)."""
     spec = rp.spec()
     markdown = "markdown" in spec.publication.outputs
     out: dict[str, SubjectResult] = {}
-    files: dict[str, bytes] = {}
-    for subject, ev in sorted(evaluations.items()):
+    cards_json: dict[str, bytes] = {}  # what the statements bind
+    for subject, ev in subjects:
         base = f"{RESULTS}/{subject}/"
-        files[base + "proof.json"] = _json(ev.proof)
+        put(base + "proof.json", _json(ev.proof))
+        kept = ev if hold else SubjectEvaluation(ev.proof, b"", held=False)
         if ev.proof.decision == "eligible":
             # Terminal records of an ineligible subject are not written: they carry its subject
             # outcomes. The proof commits to them by hash; the journals keep the raw evidence.
-            files[base + "terminal-records.jsonl"] = ev.terminal_jsonl
-            card, cell_scores = build_scorecard(
+            put(base + "terminal-records.jsonl", ev.terminal_jsonl)
+            card, rows = build_scorecard(
                 ev,
                 rp.slots,
                 spec.scoring.measures,
                 spec.comparison,
                 (derived_from or {}).get(subject),
             )
-            files[base + CELL_SCORES_FILE] = cell_scores
-            files[base + "scorecard.json"] = _json(card)
+            del ev
+            put(base + CELL_SCORES_FILE, rows)
+            del rows
+            cards_json[base + "scorecard.json"] = _json(card)
+            put(base + "scorecard.json", cards_json[base + "scorecard.json"])
             if markdown:
-                files[base + "scorecard.md"] = scorecard_md(card).encode()
-            out[subject] = SubjectResult(ev, card, None)
+                put(base + "scorecard.md", scorecard_md(card).encode())
+            out[subject] = SubjectResult(kept, card, None)
         else:
-            rep, history = incomplete_report(ev, artifacts)
-            files[base + CELL_HISTORY_FILE] = history
-            files[base + "incomplete-evidence.json"] = _json(rep)
+            rep, rows = incomplete_report(ev, artifacts)
+            del ev
+            put(base + CELL_HISTORY_FILE, rows)
+            del rows
+            put(base + "incomplete-evidence.json", _json(rep))
             if markdown:
-                files[base + "incomplete-evidence.md"] = report_md(rep).encode()
-            out[subject] = SubjectResult(ev, None, rep)
+                put(base + "incomplete-evidence.md", report_md(rep).encode())
+            out[subject] = SubjectResult(kept, None, rep)
+        del kept  # nothing of this subject's lines outlives its turn (when not held)
     if env.proof is not None:
-        files[f"{RESULTS}/environment-conformance.json"] = canonical_bytes(env.proof) + b"\n"
+        put(f"{RESULTS}/environment-conformance.json", canonical_bytes(env.proof) + b"\n")
     published = [(f"{RESULTS}/{s}/", r.scorecard) for s, r in out.items() if r.scorecard]
-    files.update(statements(files, published, images))
+    for rel, data in statements(cards_json, published, images).items():
+        put(rel, data)
     cards = [r.scorecard for r in out.values() if r.scorecard is not None]
     if len(cards) >= 2 and not gate(cards):
         # Subjects of one run share one environment record: its conformance proof is theirs,
         # named only when the rules require conformance.
         env_proof = cards[0].environment_conformance if needs_conformance(cards) else None
         comparison = build(cards, env_proof)
-        files[f"{RESULTS}/comparison.json"] = _json(comparison)
+        put(f"{RESULTS}/comparison.json", _json(comparison))
         if markdown:
-            files[f"{RESULTS}/comparison.md"] = comparison_md(comparison).encode()
-    return out, files
+            put(f"{RESULTS}/comparison.md", comparison_md(comparison).encode())
+    return out
+
+
+def evaluate_into(
+    run_dir: Path, evaluator_digest: str, environment: EnvironmentHook | None = None
+) -> tuple[RunProtocol, dict[str, SubjectResult]]:
+    """`derive` + `write_results` as a stream: the same files, written as they are made, one
+    subject's terminal lines held at a time (a million cells fit in memory this way, not held
+    whole). Results go to a directory aside and replace RUN_DIR/results only when all are
+    written; on any error nothing of them remains. The returned evaluations hold no lines
+    (`SubjectEvaluation.held`)."""
+    with paused_gc():
+        tmp = run_dir / f".{RESULTS}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            rp, out = _derive_into(run_dir, evaluator_digest, environment, _writer(tmp))
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        _swap(run_dir, tmp)
+        return rp, out
+
+
+def _writer(tmp: Path) -> Callable[[str, bytes], None]:
+    def put(rel: str, data: bytes) -> None:
+        path = tmp / rel.removeprefix(RESULTS + "/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+    return put
+
+
+def _derive_into(
+    run_dir: Path,
+    evaluator_digest: str,
+    environment: EnvironmentHook | None,
+    put: Callable[[str, bytes], None],
+) -> tuple[RunProtocol, dict[str, SubjectResult]]:
+    """`_derive`, each file handed to `put` as it is made."""
+    rp = read_protocol(run_dir)
+    store = EvidenceStore(run_dir)
+    evidence = LoadedEvidence.from_store(store)
+    env = environment(rp, evidence, store) if environment else NO_ENVIRONMENT
+    regrade = _regrade_record(run_dir, rp, evaluator_digest)
+    artifacts = [f"{JOURNALS}/{n}" for n in store.journal_names()] + [PROTOCOL_FILE]
+    images = images_of(evidence, store)
+    derived = None if regrade is None else regrade[1]["derived_from"]
+
+    def subjects() -> Iterator[tuple[str, SubjectEvaluation]]:
+        stream = evaluate_subjects(
+            rp, evidence, evaluator_digest, env, regrading=regrade is not None
+        )
+        for n, item in enumerate(stream):
+            # the evidence root is known from the first subject on
+            root = evidence.evidence_root_hash
+            if n == 0 and regrade is not None and regrade[1].get("evidence_root_hash") != root:
+                msg = "names other evidence than the run's"
+                raise EvidenceError(f"{RESULTS}/{REGRADE_FILE}: {msg}")
+            yield item
+            del item  # not held while the next subject is read
+
+    out = _render(rp, subjects(), artifacts, env, derived, images, put, hold=False)
+    if regrade is not None:
+        put(f"{RESULTS}/{REGRADE_FILE}", regrade[0])
+    return rp, out
 
 
 def write_results(run_dir: Path, files: dict[str, bytes]) -> None:
@@ -245,6 +340,29 @@ def write_results(run_dir: Path, files: dict[str, bytes]) -> None:
         path = tmp / rel.removeprefix(RESULTS + "/")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
+    _swap(run_dir, tmp)
+
+
+def clear_leftovers(run_dir: Path) -> None:
+    """Remove `.results.tmp-<pid>` / `.results.old-<pid>` of a writer that died (SIGKILL mid
+    evaluate): the strict layout refuses them, and results are always derived anew. A live
+    writer's (its pid still running) is left alone."""
+    for entry in run_dir.glob(f".{RESULTS}.*-*"):
+        pid = entry.name.rsplit("-", 1)[-1]
+        if not pid.isdigit() or entry.is_symlink() or not entry.is_dir():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # alive (or not ours to signal): not a leftover
+        except ProcessLookupError:
+            shutil.rmtree(entry, ignore_errors=True)
+        except PermissionError:
+            continue
+
+
+def _swap(run_dir: Path, tmp: Path) -> None:
+    """`tmp` becomes RUN_DIR/results (the old results, if any, removed after)."""
+    clear_leftovers(run_dir)
     final = run_dir / RESULTS
     old = run_dir / f".{RESULTS}.old-{os.getpid()}"
     if final.exists():
@@ -256,8 +374,17 @@ def write_results(run_dir: Path, files: dict[str, bytes]) -> None:
 def verify(
     run_dir: Path, evaluator_digest: str, environment: EnvironmentHook | None = None
 ) -> list[str]:
-    """Recompute every hash, chain and address; return problems, the first one first."""
-    problems: list[str] = []
+    """Recompute every hash, chain and address; return problems, the first one first.
+
+    The run directory is first held against its strict layout (evidence/layout.py): an
+    unexpected entry, a symlink, a FIFO, an unreferenced or missing blob, an unrecorded torn
+    tail is named before any file is read, and nothing is read past a size cap or through a
+    symlink. Nothing is written in the run directory or through it (the evaluation's own spill
+    files live in TMPDIR, and are removed).
+    """
+    layout, refs, problems = check_layout(run_dir)
+    if problems:
+        return problems
     try:
         rp = read_protocol(run_dir)
     except EvidenceError as exc:
@@ -270,48 +397,33 @@ def verify(
     if regraded:  # the recorded policy_hash binds the recording evaluator's schema versions
         consistency = [p for p in consistency if not p.startswith("policy_hash")]
     problems += [f"{PROTOCOL_FILE}: {p}" for p in consistency]
-    store = EvidenceStore(run_dir)
-    for blob in store.blob_paths():
-        try:
-            store.get_blob("sha256:" + blob.name)
-        except EvidenceError as exc:
-            problems.append(f"{BLOBS}/{blob.name}: {exc}")
+    if refs is not None:
+        problems += run_record_problems(rp, refs.started)
+    if any("spec_text does not parse" in p for p in consistency):
+        return problems  # nothing below can be derived from a protocol without its spec
     try:
         _, _, files = derive(run_dir, evaluator_digest, environment)
     except EvidenceError as exc:
         return [*problems, str(exc)]
-    results = run_dir / RESULTS
-    if results.exists():
-        on_disk = {
-            rel: p.read_bytes()
-            for p in results.rglob("*")
-            if p.is_file() and (rel := str(p.relative_to(run_dir))) not in DERIVED_VIEWS
-        }
-        for rel in sorted(set(on_disk) | set(files)):
-            if rel not in files:
-                problems.append(f"{rel}: not derivable from the evidence (unexpected file)")
-            elif rel not in on_disk:
-                problems.append(f"{rel}: missing")
-            elif on_disk[rel] != files[rel]:
-                problems.append(f"{rel}: differs from what the evidence derives")
-    known = {PROTOCOL_FILE, RESULTS, "journals", "blobs"}
-    for p in sorted(run_dir.iterdir()):
-        if p.name not in known and not p.name.startswith("."):
-            problems.append(f"{p.name}: unexpected file in the run directory")
-    torn = sorted((run_dir / JOURNALS).glob("*.torn-*"))
-    recorded = _quarantined(store) if torn else set()
-    for path in torn:
-        if (path.name, sha256_digest(path.read_bytes())) not in recorded:
-            problems.append(
-                f"{JOURNALS}/{path.name}: quarantined bytes not recorded in its journal"
-            )
+    if not os.path.lexists(run_dir / RESULTS):
+        return problems  # not evaluated yet: the evidence alone verified
+    on_disk: dict[str, bytes] = {}
+    for rel in layout.results:
+        if rel in DERIVED_VIEWS:
+            continue
+        try:
+            on_disk[rel] = read_bounded(run_dir / rel, RESULT_FILE_CAP, evidence=True)
+        except EvidenceError as exc:
+            problems.append(str(exc))
+    for rel in sorted(set(on_disk) | set(files)):
+        if rel not in files:
+            problems.append(f"{rel}: not derivable from the evidence (unexpected file)")
+        elif rel not in on_disk:
+            problems.append(f"{rel}: missing")
+        elif on_disk[rel] != files[rel]:
+            problems.append(f"{rel}: differs from what the evidence derives")
+    holders = {str(Path(rel).parent) for rel in [*files, *DERIVED_VIEWS]}
+    for d in layout.result_dirs:
+        if not any(h == d or h.startswith(d + "/") for h in holders):
+            problems.append(f"{d}: not derivable from the evidence (unexpected directory)")
     return problems
-
-
-def _quarantined(store: EvidenceStore) -> set[tuple[str, str]]:
-    """(file, sha256) of every quarantined tail the journals record, in one pass."""
-    return {
-        (e.record.file, e.record.sha256)
-        for _, e in store.entries()
-        if isinstance(e.record, QuarantinedTail)
-    }

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import io
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
+import pydantic_core
 from pydantic import ConfigDict, Field
 
 from runner.evaluator.core.canonical import digest, fast_digest
@@ -29,7 +30,7 @@ from runner.evaluator.protocol.runfile import RunProtocol, consistency_problems
 
 from . import reasons as R
 from .outcomes import TerminalRecord
-from .terminals import TerminalSpill, registered_cells
+from .terminals import RegisteredIndex, TerminalSpill
 
 PROOF_SCHEMA = "afb.proof/3"
 # Final subject outcomes: a cell with one of these is accounted for.
@@ -47,7 +48,9 @@ class StratumCoverage(Frozen):
     baseline: int  # registered baseline cells (fault kind none), reported apart
     scheduled: int  # registered faulted cells: the scheduled faults
     witnessed: int  # faulted cells whose fault was witnessed
-    pre_trigger_failures: int  # faulted cells whose subject failed before the trigger
+    # faulted cells whose subject failed before the trigger; None (sealed) in an ineligible
+    # proof, where it would tell the cells the subject completed from those it failed
+    pre_trigger_failures: int | None
 
 
 class Coverage(StratumCoverage):
@@ -74,7 +77,9 @@ class EligibilityProof(Frozen):
     execution_environment_hash: str | None
     coverage: Coverage
     not_comparable_strata: list[str]
-    scenario_mismatch_strata: list[str]
+    # strata where the subject completed without reaching its trigger; None (sealed) when
+    # ineligible, for the same reason
+    scenario_mismatch_strata: list[str] | None
     decision: Literal["eligible", "ineligible"]
     reason_codes: list[str]
     proof_hash: str
@@ -113,9 +118,15 @@ class SubjectEvaluation:
 
     proof: EligibilityProof
     terminal_jsonl: bytes
+    # False for an evaluation streamed to disk (`results.evaluate_into`): its lines are not held
+    # (`terminal_jsonl` is empty) and are asked for in vain; an eligible subject's are in
+    # results/<subject>/terminal-records.jsonl.
+    held: bool = True
 
     def terminal_lines(self) -> Iterator[bytes]:
         """Each record's canonical line, without its newline, in cell-id order."""
+        if not self.held:
+            raise RuntimeError("this evaluation was streamed to disk: its lines are not held")
         for line in io.BytesIO(self.terminal_jsonl):
             yield line[:-1]
 
@@ -149,6 +160,20 @@ def evaluate_run(
     evaluator mismatch is then no reason (the proof names both digests), and neither is a policy
     hash that binds the recording evaluator's schema versions, which the caller has checked.
     """
+    return dict(
+        evaluate_subjects(rp, evidence, current_evaluator_digest, environment_check, regrading)
+    )
+
+
+def evaluate_subjects(
+    rp: RunProtocol,
+    evidence: LoadedEvidence,
+    current_evaluator_digest: str,
+    environment_check: EnvironmentCheck = NO_ENVIRONMENT,
+    regrading: bool = False,
+) -> Iterator[tuple[str, SubjectEvaluation]]:
+    """`evaluate_run`, one subject at a time (in subject-id order): only the subject being
+    yielded holds its terminal lines, so a caller that writes each out and drops it holds one."""
     ids = rp.identities
     run_reasons: list[str] = []
     problems = consistency_problems(rp)
@@ -165,22 +190,21 @@ def evaluate_run(
     slot_counts = Counter(s.slot_id for s in rp.slots)
     if any(n > 1 for n in slot_counts.values()):
         run_reasons.append(R.DUPLICATE_CELL)
+    del slot_counts
     env_proof, env_hash, env_reasons, _ = environment_check
     run_reasons += env_reasons
 
     # Streams the evidence one cell at a time; its root and any unregistered cell are known
     # only at the end, so the terminal records wait in a spill file (see verdict/terminals.py).
-    out: dict[str, SubjectEvaluation] = {}
-    with TerminalSpill.derive(rp, evidence, registered_cells(rp)) as spill:
+    with TerminalSpill.derive(rp, evidence, RegisteredIndex(rp)) as spill:
         if spill.unregistered:
             run_reasons.append(R.UNREGISTERED_CELL)
         for subject_id, shash in sorted(ids.subject_config_hashes.items()):
-            out[subject_id] = decide_subject(
-                rp, subject_id, shash, spill.records(subject_id), run_reasons,
+            yield subject_id, _decide(
+                rp, subject_id, shash, spill.jsonl(subject_id), _facts_of_lines, run_reasons,
                 evidence.evidence_root_hash, frozen, current_evaluator_digest, env_proof,
                 env_hash,
             )  # fmt: skip
-    return out
 
 
 def decide_subject(
@@ -197,6 +221,58 @@ def decide_subject(
 ) -> SubjectEvaluation:
     """One subject's proof from its terminal records, consumed as a stream (one pass, O(strata)
     state besides the canonical lines the proof's hash and the results need)."""
+    buf = bytearray()
+    facts: list[Facts] = []
+    for t in terminals:
+        buf += terminal_line(t)
+        buf += b"\n"
+        facts.append(_facts_of_record(t))
+    return _decide(
+        rp, subject_id, shash, bytes(buf), lambda _: iter(facts), run_reasons,
+        evidence_root_hash, frozen, evaluator, env_proof, env_hash,
+    )  # fmt: skip
+
+
+# What a proof reads of one terminal record: (cell id, stratum, kind, status, each attempt's
+# status, the last attempt's reasons, the record's reasons).
+Facts = tuple[str, str, str, Status | None, list[Status], list[str], list[str]]
+_STATUS = {s.value: s for s in Status}
+
+
+def _facts_of_record(t: TerminalRecord) -> Facts:
+    last = t.attempts[-1].reasons if t.attempts else []
+    return (t.cell_id, t.stratum, t.kind, t.status, [a.status for a in t.attempts], last,
+            t.reasons)  # fmt: skip
+
+
+def _facts_of_lines(jsonl: bytes) -> Iterator[Facts]:
+    """The facts of terminal lines this process wrote (`hashing.terminal_line` of valid
+    TerminalRecords), read as plain JSON: the same values as the records' fields."""
+    for line in io.BytesIO(jsonl):
+        t = pydantic_core.from_json(line)
+        attempts = t["attempts"]
+        status = t["status"]
+        yield (
+            t["cell_id"], t["stratum"], t["kind"], None if status is None else _STATUS[status],
+            [_STATUS[a["status"]] for a in attempts], attempts[-1]["reasons"] if attempts else [],
+            t["reasons"],
+        )  # fmt: skip
+
+
+def _decide(
+    rp: RunProtocol,
+    subject_id: str,
+    shash: str,
+    jsonl: bytes,
+    facts_of: Callable[[bytes], Iterator[Facts]],
+    run_reasons: list[str],
+    evidence_root_hash: str,
+    frozen: bool,
+    evaluator: str,
+    env_proof: str | None,
+    env_hash: str | None,
+) -> SubjectEvaluation:
+    """A proof from a subject's terminal-records.jsonl bytes and the facts of its records."""
     spec = rp.spec()
     ids = rp.identities
     reasons = set(run_reasons)
@@ -204,38 +280,33 @@ def decide_subject(
     strata: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
     mismatched: set[str] = set()
     invalid_attempts: dict[str, int] = defaultdict(int)
-    buf = bytearray()
     previous = ""
-    for t in terminals:
-        if t.cell_id <= previous:
+    for cell, stratum, kind, status, attempts, last, own in facts_of(jsonl):
+        if cell <= previous:
             raise ValueError(
-                "terminal records must arrive in cell-id order, each once: "
-                f"{t.cell_id} after {previous}"
+                f"terminal records must arrive in cell-id order, each once: {cell} after {previous}"
             )
-        previous = t.cell_id
-        buf += terminal_line(t)
-        buf += b"\n"
-        counts = strata[t.stratum]
+        previous = cell
+        counts = strata[stratum]
         counts[0] += 1
-        if t.kind == NO_FAULT:
+        if kind == NO_FAULT:
             counts[2] += 1
         else:
             counts[3] += 1
-            counts[4] += t.status in WITNESSED
-            counts[5] += t.status is Status.SUBJECT_PRE_TRIGGER_FAILURE
-        if t.status in DECIDED:
+            counts[4] += status in WITNESSED
+            counts[5] += status is Status.SUBJECT_PRE_TRIGGER_FAILURE
+        if status in DECIDED:
             counts[1] += 1
-            if t.status is Status.SCENARIO_MISMATCH:
-                mismatched.add(t.stratum)
-        elif t.status is None:
+            if status is Status.SCENARIO_MISMATCH:
+                mismatched.add(stratum)
+        elif status is None:
             reasons.add(R.MISSING_CELLS)
         else:
-            reasons.add(R.STATUS_REASON[t.status])
-            last = t.attempts[-1].reasons if t.attempts else []
+            reasons.add(R.STATUS_REASON[status])
             reasons.update(last)
-        reasons.update(t.reasons)
-        n_invalid = sum(1 for a in t.attempts if a.status is Status.INVALID_INJECTION)
-        invalid_attempts[t.stratum] = max(invalid_attempts[t.stratum], n_invalid)
+        reasons.update(own)
+        n_invalid = sum(1 for a in attempts if a is Status.INVALID_INJECTION)
+        invalid_attempts[stratum] = max(invalid_attempts[stratum], n_invalid)
     not_comparable = sorted(
         s
         for s, n in invalid_attempts.items()
@@ -254,11 +325,13 @@ def decide_subject(
     for s, counts in sorted(strata.items()):
         if counts[1] < counts[0]:
             reasons.add(R.qualified(R.STRATUM_BELOW_FLOOR, s))
+    # The publication boundary: an ineligible proof says nothing that depends on whether the
+    # subject succeeded (a pre-trigger failure vs a completion that avoided the trigger).
+    sealed = bool(reasons)
     coverage = Coverage(
-        **_coverage(total), strata={s: StratumCoverage(**_coverage(c)) for s, c in strata.items()}
+        **_coverage(total, sealed),
+        strata={s: StratumCoverage(**_coverage(c, sealed)) for s, c in strata.items()},
     )
-    jsonl = bytes(buf)
-    del buf
     proof = seal_proof(
         {
             "subject_id": subject_id,
@@ -277,7 +350,7 @@ def decide_subject(
             "execution_environment_hash": env_hash,
             "coverage": coverage,
             "not_comparable_strata": not_comparable,
-            "scenario_mismatch_strata": sorted(mismatched),
+            "scenario_mismatch_strata": None if sealed else sorted(mismatched),
             "decision": "ineligible" if reasons else "eligible",
             "reason_codes": sorted(reasons),
         }
@@ -285,9 +358,12 @@ def decide_subject(
     return SubjectEvaluation(proof=proof, terminal_jsonl=jsonl)
 
 
-def _coverage(c: list[int]) -> dict[str, int]:
+def _coverage(c: list[int], sealed: bool = False) -> dict[str, int | None]:
     names = ("registered", "decided", "baseline", "scheduled", "witnessed", "pre_trigger_failures")
-    return dict(zip(names, c, strict=True))
+    out: dict[str, int | None] = dict(zip(names, c, strict=True))
+    if sealed:
+        out["pre_trigger_failures"] = None
+    return out
 
 
 def _expected_strata(rp: RunProtocol) -> set[str]:

@@ -22,16 +22,33 @@ from typing import Any, Literal, Protocol
 from runner.evaluator.protocol.faultkinds import FaultKind
 from runner.runtime.sandbox.base import Sandbox
 
-# Environment variables every subject receives.
+# Environment variables every subject receives (docs/SUBJECTS.md, contract v1).
 SUBJECT_ENV = (
     "AFB_INTERPOSER_URL",  # http://<host side of the veth>:<port>  (tool calls: /session, /call)
     "AFB_EGRESS_URL",  # http://<host side of the veth>:<port>  (the destination, via the proxy)
     "AFB_STATE_DIR",  # the subject's own state directory, the same across relaunches
     "AFB_EVENT_LOG",  # agent-side event log (JSON lines) outside the subject process's memory
     "AFB_TASK_ID",
+    "AFB_TASK_FILE",  # the task as the workload describes it (JSON), in the state directory
     "AFB_SCOPE",  # the destination scope of this attempt's effects
     "AFB_RESTART_INDEX",  # 0 at first launch, then 1, 2, ... per relaunch
+    "HOME",  # = AFB_STATE_DIR (agents keep config and caches under $HOME)
 )
+# ... and, when the subject declares them: the MCP endpoint (AFB_MCP_URL) and the model proxy
+# (OPENAI_BASE_URL, ANTHROPIC_BASE_URL, with a dummy OPENAI_API_KEY / ANTHROPIC_API_KEY).
+MODEL_PROXY_ENV = ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+MCP_ENV = ("AFB_MCP_URL",)
+
+
+@dataclass(frozen=True)
+class ModelProxyPlan:
+    """The model proxy of one attempt (runner/runtime/interposers/modelproxy)."""
+
+    mode: Literal["scripted", "replay", "record", "live"]
+    cassette: Path | None = None  # scripted/replay: this task's cassette (checked at resolve)
+    provider: Literal["openai", "anthropic"] = "openai"
+    upstream: str | None = None  # live/record
+    key_env: str | None = None  # live/record: the harness variable with the upstream key
 
 
 def journal_name(cell_id: str, attempt: int) -> str:
@@ -45,6 +62,10 @@ class SubjectCommand:
     env: Mapping[str, str] = field(default_factory=dict)  # added to SUBJECT_ENV
     max_relaunches: int = 3
     timeout_s: float = 300.0  # whole-attempt bound for the subject; exceeded -> harness error
+    task: Mapping[str, Any] | None = None  # written to AFB_TASK_FILE when given
+    model: ModelProxyPlan | None = None  # start a model proxy for the attempt
+    mcp: bool = False  # serve the tools over MCP (AFB_MCP_URL)
+    tools: Sequence[Any] = ()  # the spec's [[tools]] (served over MCP); () = the defaults
 
 
 class ReadLedger(Protocol):

@@ -2,8 +2,10 @@
 
 Per attempt: netns + veth + nft table, sandbox, destination (127.0.0.1, unreachable from the
 subject's namespace), tool interposer and egress proxy bound on the veth's host-side address
-(the only things the subject can reach), the trigger engine over the attempt's journal with the
-plan's fault plugin, then the subject (as `nobody`, relaunched when a fault's recovery asks),
+(the only things the subject can reach), and when the subject declares them the model proxy
+(tool `model` for triggers) and the MCP endpoint (attempt/wiring.py); the trigger engine over the
+attempt's journal with the plan's fault plugin, then the subject (under its own unprivileged uid,
+relaunched when a fault's recovery asks),
 `engine.finish()`, the grade, and `AttemptEnded`. When the engine rejects the witness (its own
 run of the evaluator's check failed or timed out) the attempt stops short of recovery: the
 subject is never relaunched, nothing is graded, and the attempt ends `injection_rejected`. Any
@@ -15,12 +17,14 @@ the contract.
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from runner.evaluator.evidence.journal import Journal
 from runner.evaluator.evidence.records import (
@@ -30,9 +34,8 @@ from runner.evaluator.evidence.records import (
     HarnessError,
     SubjectExit,
 )
-from runner.evaluator.protocol.faultkinds import (
-    NO_FAULT,
-)
+from runner.evaluator.protocol.faultkinds import LOST_RESPONSE, NETWORK_PARTITION, NO_FAULT
+from runner.evaluator.protocol.subjects import MODEL_TOOL
 from runner.runtime.attempt.api import (
     AttemptPlan,
     AttemptResult,
@@ -42,9 +45,11 @@ from runner.runtime.attempt.api import (
 from runner.runtime.attempt.api import journal_name as attempt_journal_name
 from runner.runtime.attempt.grading import make_fresh_sandbox, make_read_ledger
 from runner.runtime.attempt.services import RunServices
-from runner.runtime.attempt.subject import SubjectRegistry, prepare_state_dir
+from runner.runtime.attempt.subject import SubjectRegistry, prepare_state_dir, subject_uid
 from runner.runtime.attempt.triggers import TriggerEngine
+from runner.runtime.attempt.wiring import McpSide, ModelSide, start_mcp, start_model_proxy
 from runner.runtime.faults.base import FaultPlugin, check_against_contract
+from runner.runtime.faults.lost_response import LostResponseFault
 from runner.runtime.faults.registry import build_plugin
 from runner.runtime.host.netns import AttemptNetwork
 from runner.runtime.host.nft import PartitionTable
@@ -63,6 +68,21 @@ Outcome = Literal[
     "injection_rejected",
 ]
 RELAUNCH_DECISION_TIMEOUT = 60.0  # bounded by the engine's witness timeout (10 s) + collection
+
+
+@dataclass(frozen=True)
+class _LedgerEndpoint:
+    """Where a fault plugin reads committed effects (`.address`), for tool `model`."""
+
+    address: tuple[str, int]
+
+
+def write_task_file(state_dir: Path, task: Mapping[str, Any]) -> Path:
+    """AFB_TASK_FILE: the task as the workload describes it, readable by the subject."""
+    path = state_dir / "task.json"
+    path.write_text(json.dumps(dict(task), sort_keys=True, indent=1) + "\n", encoding="utf-8")
+    os.chmod(path, 0o444)
+    return path
 
 
 class AttemptError(RuntimeError):
@@ -118,6 +138,8 @@ class _Attempt:
         self.wall_ns = 0
         self.outcome: Outcome = "harness_error"
         self.tool_calls: dict[str, int] = {}
+        self.model: ModelSide | None = None
+        self.mcp: McpSide | None = None
 
     def _ledger_path(self) -> Path:
         return self.services.run_dir / "destination" / f"{self.name}.jsonl"
@@ -132,6 +154,20 @@ class _Attempt:
         address = self.services.evidence.put_blob(data)
         path.unlink()
         return address
+
+    def _archive_model(self) -> list[str]:
+        """The cassette served and the one recorded become content-addressed blobs."""
+        out: list[str] = []
+        if self.model is None:
+            return out
+        try:
+            for data in (self.model.served_cassette, self.model.recorded_cassette()):
+                if data is not None:
+                    out.append(self.services.evidence.put_blob(data))
+        except Exception as exc:
+            self.error("model_proxy", f"archiving the cassette: {type(exc).__name__}: {exc}")
+            self.outcome = "harness_error"
+        return out
 
     def error(self, stage: str, message: str) -> None:
         self.journal.append(HarnessError(**self.ref, stage=stage, message=message[:4000]))
@@ -166,6 +202,7 @@ class _Attempt:
                 self.error(self.stage, f"interrupted: {type(exc).__name__}")
                 self.outcome, interrupted = "harness_error", exc
             self._teardown()
+            self._archive_model()
             reached = bool(self.engine is not None and self.engine.reached)
             self.journal.append(
                 AttemptEnded(
@@ -196,6 +233,11 @@ class _Attempt:
                 self.registry.stop_all()
             except Exception as exc:
                 problems.append(f"subject: {type(exc).__name__}: {exc}")
+            try:  # a later attempt may get this uid again: it must not read this state
+                os.chown(self.registry.state_dir, 0, 0)
+                os.chmod(self.registry.state_dir, 0o700)
+            except OSError as exc:
+                problems.append(f"state dir: {type(exc).__name__}: {exc}")
         try:
             self.stack.close()
         except Exception as exc:  # ExitStack runs every callback; it re-raises the last failure
@@ -246,7 +288,8 @@ class _Attempt:
         proxy = EgressProxy(dest.address, sink=engine, tool_map=dict(p.proxy_tools), host=host)
         st.callback(proxy.stop)
         proxy.start()
-        state_dir = prepare_state_dir(s.subject_root / self.name)
+        uid = subject_uid(net.index)
+        state_dir = prepare_state_dir(s.subject_root / self.name, uid, uid)
         scope = f"{s.run_id}/{self.name}"
         env = {
             **dict(p.subject.env),
@@ -256,16 +299,33 @@ class _Attempt:
             "AFB_EVENT_LOG": str(state_dir / "events.jsonl"),
             "AFB_TASK_ID": p.task_id,
             "AFB_SCOPE": scope,
+            "HOME": str(state_dir),
         }
+        if p.subject.task is not None:
+            env["AFB_TASK_FILE"] = str(write_task_file(state_dir, p.subject.task))
+        if p.subject.model is not None:
+            self.stage = "model_proxy"
+            self.model = start_model_proxy(
+                p.subject.model, engine, host, st, on_event=self._model_event
+            )
+            env.update(self.model.subject_env)
+        if p.subject.mcp:
+            self.stage = "mcp"
+            self.mcp = start_mcp(
+                interposer, proxy.address, scope, p.proxy_tools, p.subject.tools, host, st
+            )
+            env.update(self.mcp.subject_env)
+        self.stage = "services"
         self.registry = SubjectRegistry(
-            s.launcher, p.subject.argv, state_dir=state_dir, netns=net.netns, env=env
-        )
+            s.launcher, p.subject.argv, state_dir=state_dir, netns=net.netns, env=env,
+            uid=uid, gid=uid,
+        )  # fmt: skip
         self.stage = "schedule"
         if p.kind != NO_FAULT:
             res = AttemptResources(
                 p, net, table, sandbox, dest, interposer, proxy, self.registry, s.reaper
             )
-            plugin = self.factory(res)
+            plugin = self._plugin(res)
             if p.actuator == "noop":
                 plugin = plugin.noop()
             contract = s.contracts[p.kind]
@@ -298,6 +358,38 @@ class _Attempt:
         )
         self._grade(p.grade(ctx))
         self.stage = "done"
+
+    def _plugin(self, res: AttemptResources) -> FaultPlugin:
+        """The fault plugin; a trigger on tool `model` acts on the model proxy, not the egress.
+
+        The model proxy's front is an egress proxy (source `egress_proxy`, tool `model`) whose
+        backend keeps a ledger by the request's `model` field: the plugins see it exactly where
+        they see the egress proxy and the destination for other tools.
+        """
+        trigger = self.plan.trigger or {}
+        if trigger.get("tool") != MODEL_TOOL:
+            if self.mcp is not None and self.plan.kind == NETWORK_PARTITION:
+                # an MCP subject reaches the effect tools through the MCP endpoint, never the
+                # egress proxy: that is the path the partition must cut
+                res = replace(res, proxy=_LedgerEndpoint(self.mcp.server.address))  # type: ignore[arg-type]
+            return self.factory(res)
+        if self.model is None:  # no model calls: the trigger is never reached (SCENARIO_MISMATCH)
+            return self.factory(res)
+        front, ledger = self.model.front, self.model.ledger_address
+        res = replace(res, proxy=front, destination=_LedgerEndpoint(ledger))  # type: ignore[arg-type]
+        if self.plan.kind == LOST_RESPONSE and self.factory is build_plugin:
+            return LostResponseFault(front, ledger, scope_field="model")
+        return self.factory(res)
+
+    def _model_event(self, event: Any) -> None:
+        """A divergence from the cassette, or a provider failure, is the harness's, not the
+        agent's: a HarnessError (the attempt becomes HARNESS_INVALID, retried under the policy).
+        An upstream 4xx the agent's own request earned is passed through and not journaled."""
+        if not event.harness_fault:
+            return
+        stage = "model_divergence" if event.kind == "divergence" else "model_upstream"
+        detail = {k: v for k, v in event.to_dict().items() if k != "at_ns"}
+        self.error(stage, json.dumps(detail, sort_keys=True))
 
     def _stop(self, fault_id: str, why: str) -> None:
         """The engine rejected `fault_id`'s witness: the subject is never relaunched.

@@ -16,6 +16,7 @@ from runner.evaluator.protocol.faultkinds import (
     FaultKind,
 )
 from runner.evaluator.protocol.witness import WitnessContract, load_contracts
+from runner.runtime.attempt.orphans import archive_orphan_ledgers, remove_partial_blobs
 from runner.runtime.host import naming, paths
 from runner.runtime.host.podman_service import PodmanService
 from runner.runtime.host.procs import Reaper, SubjectLauncher
@@ -63,6 +64,9 @@ class RunServices:
             )
             self.reaper = self._stack.enter_context(Reaper())
             self.evidence = EvidenceStore(self.run_dir)
+            # what a runner that died mid-attempt left behind (the run's lock is held)
+            remove_partial_blobs(self.run_dir)
+            archive_orphan_ledgers(self.run_dir, self.evidence)
             self.launcher = SubjectLauncher(self.run_id, self.reaper)
             self.subject_root.mkdir(parents=True, exist_ok=True, mode=0o711)
             os.chmod(self.subject_root, 0o711)  # traversable, not listable, by subjects

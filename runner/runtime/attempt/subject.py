@@ -1,9 +1,13 @@
-"""The subject processes of one attempt: launch as `nobody` in the attempt's netns, relaunch.
+"""The subject processes of one attempt: launch unprivileged in the attempt's netns, relaunch.
+
+Each attempt's subject runs as its own uid (`subject_uid`: a fixed base + the attempt's netns
+index, unique among live attempts; no passwd entry needed), so one attempt's subject cannot read
+another's state directory (0700, owned by that uid), nor signal or ptrace its processes.
 
 The registry is also the `process_registry` collector's source (sigkill witness): it knows the
 current subject and the start identity of every process it launched, by pid.
 
-Privilege drop: `ip netns exec NS env -C STATE setpriv --reuid=nobody ... -- argv`; `ip`, `env`
+Privilege drop: `ip netns exec NS env -C STATE setpriv --reuid=UID ... -- argv`; `ip`, `env`
 and `setpriv` all exec in place, so the launched pid is the subject itself, and it runs with no
 capabilities, no bounding set and no_new_privs, unable to touch the root-only run directory.
 """
@@ -21,6 +25,14 @@ from runner.runtime.host.procs import ExitStatus, ProcessIdentity, Subject, Subj
 
 NOBODY_UID = 65534
 NOBODY_GID = 65534
+SUBJECT_UID_BASE = 1_600_000_000  # far above login and subordinate (podman) id ranges
+
+
+def subject_uid(netns_index: int | None) -> int:
+    """The uid (and gid) of an attempt's subject: unique per live attempt."""
+    if netns_index is None:
+        return NOBODY_UID
+    return SUBJECT_UID_BASE + netns_index
 
 
 def prepare_state_dir(path: Path, uid: int = NOBODY_UID, gid: int = NOBODY_GID) -> Path:
@@ -58,8 +70,11 @@ class SubjectRegistry:
         state_dir: Path,
         netns: str,
         env: Mapping[str, str],
+        uid: int = NOBODY_UID,
+        gid: int = NOBODY_GID,
     ) -> None:
         self.launcher = launcher
+        self.uid, self.gid = uid, gid
         self.argv = list(argv)
         self.state_dir = state_dir
         self.netns = netns
@@ -74,7 +89,10 @@ class SubjectRegistry:
     def launch(self, restart_index: int) -> Subject:
         env = {**self.env, "AFB_RESTART_INDEX": str(restart_index)}
         subject = self.launcher.launch(
-            drop_privileges(self.argv), state_dir=self.state_dir, netns=self.netns, env=env
+            drop_privileges(self.argv, self.uid, self.gid),
+            state_dir=self.state_dir,
+            netns=self.netns,
+            env=env,
         )
         with self._lock:
             self._current = subject

@@ -5,6 +5,11 @@ back to a run id here. Run ids are 6 lowercase hex chars so that veth names
 (`afb<runid>h<n>`) fit IFNAMSIZ (16 bytes incl. the NUL, so 15 visible chars).
 
 A run that is alive holds an advisory lock (`hold_run`); `sweep` skips live runs by default.
+Two runs on one host never share an id: `new_run_id` reserves a fresh id by creating its lock
+file exclusively (O_EXCL), so a second run drawing the same id draws again. A sweep removing a
+dead run's leftovers holds that run's lock meanwhile (`SWEEPER` in the file), and `hold_run`
+waits for a sweeper rather than failing; a lock file is re-checked after locking (same inode
+as the path) because a finished run or a sweep unlinks it.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import fcntl
 import os
 import re
 import secrets
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,8 +55,29 @@ class ParsedName:
 
 
 def new_run_id() -> str:
-    """Fresh random run id (6 lowercase hex chars)."""
-    return secrets.token_hex(RUN_ID_LEN // 2)
+    """Fresh random run id (6 lowercase hex chars), reserved on this host.
+
+    The reservation is the run's lock file, created exclusively: an id whose lock file exists
+    (a live run, a run being swept, another fresh reservation) is never handed out again while
+    the file is there. Without a writable lock folder (not root) the id is only random.
+    """
+    for _ in range(64):
+        run_id = secrets.token_hex(RUN_ID_LEN // 2)
+        try:
+            paths.LOCK_DIR.mkdir(parents=True, exist_ok=True)
+            fd = os.open(
+                _lock_path(run_id), os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600
+            )
+        except FileExistsError:
+            continue
+        except OSError:
+            return run_id
+        try:
+            os.write(fd, RESERVED + str(os.getpid()).encode() + b"\n")
+        finally:
+            os.close(fd)
+        return run_id
+    raise NamingError("no free run id after 64 draws (is /run/afb/locks full of stale locks?)")
 
 
 def check_run_id(run_id: str) -> str:
@@ -127,20 +154,53 @@ def _lock_path(run_id: str) -> Path:
     return paths.LOCK_DIR / f"{check_run_id(run_id)}.lock"
 
 
-@contextlib.contextmanager
-def hold_run(run_id: str) -> Iterator[None]:
-    """Mark a run as live for its duration (flock); sweep leaves live runs alone."""
+SWEEPER = b"sweep\n"  # what a sweep writes into a lock it holds (hold_run waits for it)
+RESERVED = b"reserved "  # + the pid of the process that drew the id, until hold_run takes it
+SWEEP_WAIT_S = 120.0  # how long hold_run waits for a sweep of the same run id to finish
+
+
+def lock_run(run_id: str, *, wait_for_sweeper: float = 0.0) -> int | None:
+    """Take the run's lock (flock on its lock file, re-checked against unlinking): the fd, or
+    None when another process holds it. While the holder is a sweep, retry up to
+    `wait_for_sweeper` seconds."""
     paths.LOCK_DIR.mkdir(parents=True, exist_ok=True)
     path = _lock_path(run_id)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    deadline = time.monotonic() + wait_for_sweeper
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
-            yield
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            sweeping = os.pread(fd, len(SWEEPER), 0) == SWEEPER
+            os.close(fd)
+            if sweeping and time.monotonic() < deadline:
+                time.sleep(0.1)
+                continue
+            return None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)  # unlinked (a run that ended, a sweep) between open and flock: again
+
+
+@contextlib.contextmanager
+def hold_run(run_id: str) -> Iterator[None]:
+    """Mark a run as live for its duration (flock); sweep leaves live runs alone. A run whose
+    id is being swept waits for the sweep; a run held by another live process raises
+    BlockingIOError at once."""
+    fd = lock_run(check_run_id(run_id), wait_for_sweeper=SWEEP_WAIT_S)
+    if fd is None:
+        raise BlockingIOError(f"run {run_id} is live in another process")
+    os.ftruncate(fd, 0)  # a live run's lock: not a sweeper's (one killed mid-sweep wrote it)
+    path = _lock_path(run_id)
+    try:
+        yield
     finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
         os.close(fd)
 
 

@@ -2,7 +2,9 @@
 
 A resource is touched only if its name parses back to a run id (`naming.parse_as`) or, for
 processes, its environment holds the exact entry AFB_RUN=<run id>. Runs whose liveness lock
-is held (`naming.hold_run`) are skipped unless include_live=True.
+is held (`naming.hold_run`) are skipped unless include_live=True. A run judged dead is locked by
+the sweep itself (`naming.lock_run`, marked as a sweeper) until the sweep ends, so a run resumed
+meanwhile waits instead of having its fresh resources removed; its lock file then goes too.
 
 Order matters: processes first (so nothing re-creates resources), then containers (via the
 podman CLI: no service needed), then host nft tables, veths, and namespaces (which take the
@@ -36,6 +38,7 @@ class SweepReport(BaseModel):
     veths: list[str] = Field(default_factory=list)
     netns: list[str] = Field(default_factory=list)
     state_dirs: list[str] = Field(default_factory=list)
+    locks: list[str] = Field(default_factory=list)  # lock files of dead runs, stale reservations
     skipped_live_runs: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
 
@@ -43,7 +46,7 @@ class SweepReport(BaseModel):
     def removed_anything(self) -> bool:
         return any(
             (self.processes, self.containers, self.nft_tables, self.veths, self.netns,
-             self.state_dirs)
+             self.state_dirs, self.locks)
         )  # fmt: skip
 
 
@@ -51,17 +54,30 @@ class _Selector:
     def __init__(self, prefix_filter: str | None, include_live: bool, report: SweepReport):
         self.prefix_filter, self.include_live, self.report = prefix_filter, include_live, report
         self._live: dict[str, bool] = {}
+        self._held: dict[str, int] = {}  # run id -> lock fd held by this sweep
 
     def wants(self, run_id: str) -> bool:
         if not naming.matches_filter(run_id, self.prefix_filter):
             return False
-        if self.include_live:
-            return True
         if run_id not in self._live:
-            self._live[run_id] = naming.run_is_live(run_id)
-            if self._live[run_id]:
+            fd = naming.lock_run(run_id)
+            if fd is not None:  # dead: ours until the sweep ends
+                os.pwrite(fd, naming.SWEEPER, 0)
+                self._held[run_id] = fd
+            self._live[run_id] = fd is None
+            if fd is None and not self.include_live:
                 self.report.skipped_live_runs.append(run_id)
-        return not self._live[run_id]
+        return self.include_live or not self._live[run_id]
+
+    def release(self) -> None:
+        """Drop every dead run's lock file (the run is gone, its leftovers with it)."""
+        for run_id, fd in sorted(self._held.items()):
+            path = paths.LOCK_DIR / f"{run_id}.lock"
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                self.report.locks.append(str(path))
+            os.close(fd)
+        self._held.clear()
 
 
 def _marker(pid: int) -> tuple[str, str] | None:
@@ -196,11 +212,45 @@ def sweep(prefix_filter: str | None = None, *, include_live: bool = False) -> Sw
     """
     report = SweepReport()
     sel = _Selector(prefix_filter, include_live, report)
-    _sweep_processes(sel, report)
-    _sweep_containers(sel, report)
-    _sweep_network(sel, report)
-    _sweep_state_dirs(sel, report)
+    try:
+        _sweep_processes(sel, report)
+        _sweep_containers(sel, report)
+        _sweep_network(sel, report)
+        _sweep_state_dirs(sel, report)
+        _sweep_stale_locks(sel)
+    finally:
+        sel.release()
     return report
+
+
+STALE_LOCK_S = 600  # an unheld lock file this old is a leftover (a reservation lasts seconds)
+
+
+def _sweep_stale_locks(sel: _Selector) -> None:
+    """Lock files of runs that died before creating anything, and unused reservations."""
+    if not paths.LOCK_DIR.is_dir():
+        return
+    now = time.time()
+    for path in sorted(paths.LOCK_DIR.glob("*.lock")):
+        try:
+            run_id = naming.check_run_id(path.name.removesuffix(".lock"))
+            old = now - path.stat().st_mtime > STALE_LOCK_S
+        except (ValueError, FileNotFoundError):
+            continue  # not a run's lock (e.g. the netns allocation lock), or gone
+        if old or run_id in sel._held or _abandoned_reservation(path):
+            sel.wants(run_id)  # locks it when dead; release() removes the file
+
+
+def _abandoned_reservation(path: Path) -> bool:
+    """A lock file that `new_run_id` reserved for a process that has since exited."""
+    try:
+        head = path.read_bytes()[:64]
+    except OSError:
+        return False
+    if not head.startswith(naming.RESERVED):
+        return False
+    pid = head[len(naming.RESERVED) :].strip()
+    return pid.isdigit() and not Path(f"/proc/{int(pid)}").exists()
 
 
 STATE_ROOTS = (paths.SUBJECT_ROOT, paths.PODMAN_ROOT)  # folders of per-run directories

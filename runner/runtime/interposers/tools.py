@@ -14,6 +14,10 @@ is the `tool_interposer` collector of the sandbox_restart witness (`session_obse
 
 Each call reports `received`, `dispatched`, `effect_done` and `response_sent` to the event sink
 (the trigger engine) from the request's own thread, so a fault handler holds it in flight.
+
+The call's run is transport-neutral (`open_call` -> `ToolCall`): the HTTP handler below and the
+MCP tool server (`mcp_tools`) drive the same object, so both report the same events under the
+same source, with one ordinal per tool whichever wire carried the call.
 """
 
 from __future__ import annotations
@@ -91,8 +95,85 @@ class CallRecord:
     outcome: str = "pending"  # ok | tool_error | stale_session | dropped | closed | failed
 
 
-class _BadRequest(Exception):
-    pass
+class BadToolCall(Exception):
+    """The call is malformed (unknown tool, bad arguments): refused before it counts."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the transport delivers: an HTTP status and a JSON body (200 ok | tool error,
+    409 stale session, 404 unknown session)."""
+
+    status: int
+    body: dict[str, Any]
+
+
+class ToolCall:
+    """One received call, driven by a transport (HTTP or MCP) through its phases:
+
+    `begin()` runs `received`, `dispatched`, the sandbox effect and `effect_done`, and returns
+    the `Reply` to deliver -- or None: deliver nothing, close the subject's connection. After
+    delivering, the transport calls `sent()` (`response_sent`); False means close now. `finish()`
+    must always run last (also on errors): it completes the engine's decisions, after the
+    transport applied them, and settles the call.
+    """
+
+    def __init__(
+        self,
+        ti: ToolInterposer,
+        rec: CallRecord,
+        run: Callable[[], tuple[bool, dict[str, Any]]],
+    ) -> None:
+        self.ti = ti
+        self.rec = rec
+        self._run = run
+        self._decisions: list[Decision] = []
+        self._finished = False
+
+    @property
+    def call_id(self) -> str:
+        return self.rec.call_id
+
+    def _phase(self, p: Phase) -> Directive:
+        self.ti._mark(self.rec, p)
+        self._decisions.append(self.ti.sink.event(SOURCE, self.rec.tool, p, self.rec.call_id))
+        return max((d.directive for d in self._decisions), key=lambda d: d.strength)
+
+    def _end(self, outcome: str, reply: Reply | None) -> Reply | None:
+        self.ti._mark(self.rec, outcome=outcome)  # recorded before the subject can see the end
+        return reply
+
+    def begin(self) -> Reply | None:
+        rec = self.rec
+        if self._phase(Phase.RECEIVED) is Directive.CLOSE_WITHOUT_RESPONSE:
+            return self._end("closed", None)
+        if self._phase(Phase.DISPATCHED) is Directive.CLOSE_WITHOUT_RESPONSE:
+            return self._end("closed", None)
+        ok, result = self._run()
+        if self._phase(Phase.EFFECT_DONE) is not Directive.CONTINUE:
+            return self._end("dropped", None)
+        status, err = self.ti._check_session(rec.session_id, rec.call_id, rec.tool)
+        if status:  # the sandbox was restarted under this call: its result is not trusted
+            return self._end("stale_session", Reply(status, err))
+        payload: dict[str, Any] = {"call_id": rec.call_id, "tool": rec.tool, "ok": ok}
+        payload["result" if ok else "error"] = result if ok else result["error"]
+        return self._end("ok" if ok else "tool_error", Reply(200, payload))
+
+    def sent(self) -> bool:
+        """The reply was delivered (or its delivery failed); False: close the connection now."""
+        return self._phase(Phase.RESPONSE_SENT) is Directive.CONTINUE
+
+    def finish(self) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        try:
+            if self.rec.in_flight:
+                self.ti._mark(self.rec, outcome="failed")
+            for d in self._decisions:
+                d.complete()
+        finally:
+            self.ti._settle(self.rec)
 
 
 class ToolInterposer(ServedInThread["_Server"]):
@@ -199,6 +280,23 @@ class ToolInterposer(ServedInThread["_Server"]):
 
     # --- subject side (called from handler threads) ---------------------------------------------
 
+    def attach(self, previous: str | None = None) -> SessionRecord:
+        """A new session on the current epoch (`POST /session`); recorded for the witness."""
+        return self._attach(previous)
+
+    def open_call(
+        self, session_id: str, call_id: str, tool: str, args: dict[str, Any]
+    ) -> ToolCall | Reply:
+        """Validate and admit one call: a `ToolCall` to drive, or the `Reply` that refuses it
+        (404 unknown / 409 stale session: never counted). Raises `BadToolCall` when malformed."""
+        if tool not in TOOLS or not isinstance(args, dict):
+            raise BadToolCall(f"tool must be one of {TOOLS} and args an object")
+        run = self._prepare(tool, args)
+        status, err = self._check_session(session_id, call_id, tool)
+        if status:
+            return Reply(status, err)
+        return ToolCall(self, self._receive(call_id, tool, session_id), run)
+
     def _attach(self, previous: str | None) -> SessionRecord:
         with self._lock:
             rec = SessionRecord(secrets.token_hex(8), self._epoch, str(time.time_ns()), previous)
@@ -264,16 +362,16 @@ class ToolInterposer(ServedInThread["_Server"]):
                     else _str(args, "content").encode("utf-8")
                 )
             except ValueError as exc:
-                raise _BadRequest("content_b64 is not base64") from exc
+                raise BadToolCall("content_b64 is not base64") from exc
             return lambda: self._guard(lambda sb: _write(sb, path, data))
         argv = args.get("argv", self.run_tests_argv if tool == "run_tests" else None)
         if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
-            raise _BadRequest("args.argv must be a non-empty list of strings")
+            raise BadToolCall("args.argv must be a non-empty list of strings")
         stdin, timeout = args.get("stdin"), args.get("timeout", self.exec_timeout)
         if stdin is not None and not isinstance(stdin, str):
-            raise _BadRequest("args.stdin must be a string")
+            raise BadToolCall("args.stdin must be a string")
         if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
-            raise _BadRequest("args.timeout must be a positive number")
+            raise BadToolCall("args.timeout must be a positive number")
         feed = stdin.encode() if stdin is not None else None
         return lambda: self._guard(lambda sb: _exec(sb, argv, feed, float(timeout), tool))
 
@@ -316,7 +414,7 @@ def _exec(
 def _str(args: dict[str, Any], key: str) -> str:
     v = args.get(key)
     if not isinstance(v, str):
-        raise _BadRequest(f"args.{key} must be a string")
+        raise BadToolCall(f"args.{key} must be a string")
     return v
 
 
@@ -327,6 +425,9 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # head and body are written apart: without TCP_NODELAY a keep-alive client waits out its
+    # delayed ACK (~40 ms) on every call
+    disable_nagle_algorithm = True
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -353,16 +454,16 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             n = int(self.headers.get("Content-Length", "0"))
         except ValueError as exc:
-            raise _BadRequest("bad Content-Length") from exc
+            raise BadToolCall("bad Content-Length") from exc
         if not 0 <= n <= MAX_BODY:
-            raise _BadRequest("bad Content-Length")
+            raise BadToolCall("bad Content-Length")
         raw = self.rfile.read(n)
         try:
             body = json.loads(raw or b"{}")
         except ValueError as exc:
-            raise _BadRequest("body is not JSON") from exc
+            raise BadToolCall("body is not JSON") from exc
         if not isinstance(body, dict):
-            raise _BadRequest("body must be a JSON object")
+            raise BadToolCall("body must be a JSON object")
         return body
 
     def do_POST(self) -> None:
@@ -377,7 +478,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._call(ti, body)
             else:
                 self._reply(404, {"error": "not_found"})
-        except _BadRequest as exc:
+        except BadToolCall as exc:
             self.close_connection = True
             self._reply(400, {"error": "bad_request", "message": str(exc)})
 
@@ -385,49 +486,20 @@ class _Handler(BaseHTTPRequestHandler):
         session_id, tool, args = body.get("session_id"), body.get("tool"), body.get("args", {})
         call_id = body.get("call_id") or f"ti-{secrets.token_hex(6)}"
         if not isinstance(session_id, str) or not isinstance(call_id, str):
-            raise _BadRequest("session_id and call_id must be strings")
-        if tool not in TOOLS or not isinstance(args, dict):
-            raise _BadRequest(f"tool must be one of {TOOLS} and args an object")
-        run = ti._prepare(tool, args)
-        status, err = ti._check_session(session_id, call_id, tool)
-        if status:
-            self._reply(status, err)
+            raise BadToolCall("session_id and call_id must be strings")
+        if not isinstance(tool, str):
+            raise BadToolCall(f"tool must be one of {TOOLS} and args an object")
+        call = ti.open_call(session_id, call_id, tool, args)
+        if isinstance(call, Reply):
+            self._reply(call.status, call.body)
             return
-        rec = ti._receive(call_id, tool, session_id)
-        decisions: list[Decision] = []
-
-        def phase(p: Phase) -> Directive:
-            ti._mark(rec, p)
-            decisions.append(ti.sink.event(SOURCE, tool, p, call_id))
-            return max((d.directive for d in decisions), key=lambda d: d.strength)
-
-        def end(outcome: str, reply: tuple[int, dict[str, Any]] | None) -> None:
-            ti._mark(rec, outcome=outcome)  # recorded before the subject can see the end
+        try:
+            reply = call.begin()
             if reply is None:
                 self._drop()
-            else:
-                self._reply(*reply)
-
-        try:
-            if phase(Phase.RECEIVED) is Directive.CLOSE_WITHOUT_RESPONSE:
-                return end("closed", None)
-            if phase(Phase.DISPATCHED) is Directive.CLOSE_WITHOUT_RESPONSE:
-                return end("closed", None)
-            ok, result = run()
-            if phase(Phase.EFFECT_DONE) is not Directive.CONTINUE:
-                return end("dropped", None)
-            status, err = ti._check_session(session_id, call_id, tool)
-            if status:  # the sandbox was restarted under this call: its result is not trusted
-                end("stale_session", (status, err))
-            else:
-                payload = {"call_id": call_id, "tool": tool, "ok": ok}
-                payload["result" if ok else "error"] = result if ok else result["error"]
-                end("ok" if ok else "tool_error", (200, payload))
-            if phase(Phase.RESPONSE_SENT) is not Directive.CONTINUE:
+                return
+            self._reply(reply.status, reply.body)
+            if not call.sent():
                 self._drop()
         finally:
-            if rec.in_flight:
-                ti._mark(rec, outcome="failed")
-            for d in decisions:
-                d.complete()
-            ti._settle(rec)
+            call.finish()

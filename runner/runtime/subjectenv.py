@@ -1,0 +1,183 @@
+"""A subject's installed environment: a locked uv project built outside the runner's venv.
+
+Why: a third-party agent (mini-swe-agent and its ~80 dependencies) must not share the runner's
+interpreter packages, and what it ran with must be pinned by content. The project folder
+(`subjects/<name>/`: pyproject.toml, uv.lock, the subject's glue sources) hashes to its
+`tree_digest`; the spec declares that digest (it enters `subject_config_hash`); the environment is
+built with `uv sync --frozen` (the lock is the only resolution) into
+`/var/lib/afb/subject-envs/<name>-<digest 16>/` with the system interpreter, world-readable so the
+unprivileged subject can run it. A folder is complete only when its marker (`afb-env.json`, written
+last) names the digest; anything else there is rebuilt. Building under a lock makes concurrent
+runs safe. `python -m runner.runtime.subjectenv PROJECT...` builds (scripts/setup.sh calls it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.evaluator.core.errors import InputError
+from runner.evaluator.core.inputs import project_root
+from runner.evaluator.protocol.subjects import UvEnvironment, tree_digest
+
+ENV_ROOT = Path("/var/lib/afb/subject-envs")
+MARKER = "afb-env.json"
+PYTHON = "/usr/bin/python3"  # readable by every uid, unlike a uv-managed interpreter under ~root
+
+
+@dataclass(frozen=True)
+class BuiltEnvironment:
+    path: Path  # the folder named by the digest
+    digest: str
+
+    @property
+    def python(self) -> Path:
+        return self.path / "venv" / "bin" / "python"
+
+    @property
+    def project(self) -> Path:
+        """The project's files as built (the subject's glue sources are imported from here)."""
+        return self.path / "project"
+
+
+def uv_binary() -> str:
+    for cand in (os.environ.get("AFB_UV"), str(project_root() / ".tools" / "bin" / "uv")):
+        if cand and Path(cand).is_file():
+            return cand
+    found = shutil.which("uv")
+    if found is None:
+        raise InputError("uv not found (AFB_UV, .tools/bin/uv or PATH); run scripts/setup.sh")
+    return found
+
+
+def check_declared(env: UvEnvironment, root: Path | None = None) -> Path:
+    """The project folder, after checking it hashes to the declared digest (else InputError)."""
+    root = root or project_root()
+    project = (root / env.project).resolve()
+    if not project.is_relative_to(root.resolve()) or not project.is_dir():
+        raise InputError(f"subject environment project {env.project!r} is not a folder here")
+    for required in ("pyproject.toml", "uv.lock"):
+        if not (project / required).is_file():
+            raise InputError(f"subject environment {env.project!r} has no {required}")
+    actual = tree_digest(project)
+    if actual != env.digest:
+        raise InputError(
+            f"subject environment {env.project!r} hashes to {actual}, the spec declares "
+            f"{env.digest}: update environment.digest in the spec (a changed environment is a "
+            "different subject)"
+        )
+    return project
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _public(path: Path) -> None:
+    for p in (path, *path.parents):
+        if p == Path("/"):
+            break
+        with contextlib.suppress(OSError):
+            os.chmod(p, p.stat().st_mode | 0o755)
+        if p in (ENV_ROOT.parent.parent, Path("/var")):
+            break
+
+
+def target_for(env: UvEnvironment, root: Path | None = None) -> Path:
+    name = Path(env.project).name
+    return (root or ENV_ROOT) / f"{name}-{env.digest.removeprefix('sha256:')[:16]}"
+
+
+def built(env: UvEnvironment, env_root: Path | None = None) -> BuiltEnvironment | None:
+    target = target_for(env, env_root)
+    try:
+        marker = json.loads((target / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    if marker.get("digest") != env.digest:
+        return None
+    return BuiltEnvironment(target, env.digest)
+
+
+def ensure_built(
+    env: UvEnvironment, *, root: Path | None = None, env_root: Path | None = None
+) -> BuiltEnvironment:
+    """Build (once) the declared environment; any failure is an InputError naming the project."""
+    project = check_declared(env, root)
+    base = env_root or ENV_ROOT
+    target = target_for(env, base)
+    with _locked(base / ".locks" / f"{target.name}.lock"):
+        done = built(env, base)
+        if done is not None:
+            return done
+        if target.exists():
+            shutil.rmtree(target)
+        target.mkdir(parents=True)
+        shutil.copytree(
+            project, target / "project", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+        )
+        cmd = [
+            uv_binary(), "sync", "--frozen", "--no-install-project", "--no-dev",
+            "--python", PYTHON, "--project", str(target / "project"),
+        ]  # fmt: skip
+        run_env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(target / "venv")}
+        run_env.pop("VIRTUAL_ENV", None)
+        r = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=1800)
+        if r.returncode != 0:
+            shutil.rmtree(target, ignore_errors=True)
+            raise InputError(
+                f"subject environment {env.project!r} failed to build (uv sync --frozen exited "
+                f"{r.returncode}): {r.stderr.strip()[-800:]}"
+            )
+        if tree_digest(target / "project") != env.digest:  # nothing changed under us
+            shutil.rmtree(target, ignore_errors=True)
+            raise InputError(f"subject environment {env.project!r} changed while building")
+        (target / MARKER).write_text(
+            json.dumps({"digest": env.digest, "project": env.project}, sort_keys=True) + "\n"
+        )
+        _public(target)
+        for dirpath, dirnames, filenames in os.walk(target):
+            for n in dirnames:
+                p = os.path.join(dirpath, n)
+                if not os.path.islink(p):
+                    os.chmod(p, os.stat(p).st_mode | 0o755)
+            for n in filenames:
+                p = os.path.join(dirpath, n)
+                if not os.path.islink(p):
+                    os.chmod(p, os.stat(p).st_mode | 0o444)
+        return BuiltEnvironment(target, env.digest)
+
+
+def main(argv: list[str]) -> int:
+    """Build the environment of each project folder given (its digest as it is now)."""
+    root = project_root()
+    for arg in argv:
+        project = (root / arg).resolve()
+        rel = project.relative_to(root).as_posix()
+        env = UvEnvironment(project=rel, digest=tree_digest(project))
+        try:
+            b = ensure_built(env, root=root)
+        except InputError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"{rel}: {b.digest} -> {b.path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,1 @@
+"""Engine-free scale-out: split a matrix into hash shards and merge the shard runs into one."""

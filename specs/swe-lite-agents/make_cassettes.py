@@ -1,0 +1,89 @@
+"""Write the scripted model cassette of each swe-lite task for mini-swe-agent (deterministic).
+
+Each cassette is what a capable model would answer, turn by turn, with mini-swe-agent's one
+tool (`bash`): look at the project, make a working copy and read the file the issue is about,
+apply the fix, run the failing tests against a scratch copy carrying the upstream test changes,
+then submit the diff with mini-swe-agent's own submit command. Two more turns re-issue the
+submit: they are served only when the agent reports that the submit did not go through (what
+a model told "submit failed" typically does), so the benchmark sees what that leads to.
+
+    .venv/bin/python specs/swe-lite-agents/make_cassettes.py
+    .venv/bin/python -m runner.evaluator.protocol.subjects  # (digest: see docs/SUBJECTS.md)
+
+A scripted cassette is served by conversation turn (the number of assistant messages in the
+request), so a relaunched mini-swe-agent, which starts over, gets the same answers again.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import sys
+import tomllib
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT))
+
+from runner.benchmarks.swe_lite.grade import load_task  # noqa: E402
+from runner.benchmarks.swe_lite.workload import subject_task  # noqa: E402
+
+SUBMIT = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+
+
+def _heredoc(text: str) -> str:
+    assert "AFB_EOF" not in text
+    return f"<<'AFB_EOF'\n{text.rstrip(chr(10))}\nAFB_EOF"
+
+
+def turns(task: dict) -> list[dict]:
+    tid, src, first = task["task_id"], task["src"], task["files"][0]
+    work = f"/tmp/work/{tid}"
+    pp = task.get("pythonpath") or "."
+    tests = " ".join(task["fail_to_pass"])
+    submit = (
+        f"cd {work} && echo {SUBMIT} && {{ diff -ruN --exclude=__pycache__ a b; test $? -le 1; }}"
+    )
+
+    def call(n: int, command: str) -> list[dict]:
+        return [{"id": f"call_{tid[:24]}_{n}", "name": "bash", "arguments": {"command": command}}]
+
+    return [
+        {"text": "Let me look at the project layout first.",
+         "tool_calls": call(0, f"ls {src} && ls {src}/{posixpath.dirname(first) or '.'}")},
+        {"text": f"I'll make a working copy (a = pristine, b = mine) and read {first}.",
+         "tool_calls": call(1, f"rm -rf {work} && mkdir -p {work} && cp -a {src} {work}/a && "
+                               f"cp -a {src} {work}/b && head -n 150 {work}/b/{first}")},
+        {"text": "I see the problem. Applying the fix.",
+         "tool_calls": call(2, f"cd {work}/b && patch -p1 --forward --no-backup-if-mismatch "
+                               f"{_heredoc(task['gold_patch'])}")},
+        {"text": "Now the failing tests, in a scratch copy with the upstream test changes.",
+         "tool_calls": call(3, f"cd {work} && rm -rf t && cp -a b t && cd t && patch -p1 -s "
+                               f"--forward --no-backup-if-mismatch {_heredoc(task['tests_patch'])}"
+                               f"\nPYTHONDONTWRITEBYTECODE=1 PYTHONPATH={pp} python3 -m pytest -q "
+                               f"-p no:cacheprovider {tests}")},
+        {"text": "The tests pass. Submitting the fix.", "tool_calls": call(4, submit)},
+        {"text": "The submission did not go through. Submitting again.",
+         "tool_calls": call(5, submit)},
+        {"text": "Still no confirmation. One more time.", "tool_calls": call(6, submit)},
+    ]  # fmt: skip
+
+
+def main() -> int:
+    spec = tomllib.loads((ROOT / "specs" / "swe-lite.toml").read_text())
+    out = HERE / "cassettes"
+    out.mkdir(exist_ok=True)
+    for ts in spec["task_sets"]:
+        for t in ts["tasks"]:
+            task = subject_task(load_task(ROOT / "specs" / t["path"]))
+            cassette = {"version": 1, "kind": "scripted", "model": "afb-scripted",
+                        "turns": turns(task)}  # fmt: skip
+            text = json.dumps(cassette, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+            (out / f"{t['id']}.json").write_text(text, encoding="utf-8")
+            print(out / f"{t['id']}.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

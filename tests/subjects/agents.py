@@ -1,0 +1,106 @@
+"""Helpers for the subject tests: a one-task draft spec built from specs/swe-lite-agents.toml.
+
+The spec is written into a temporary folder with copies of the task and the cassettes it needs
+(a spec's task and cassette paths must stay inside its own folder), so a test runs exactly the
+subjects and faults it is about, through the real `bench run` path (adapters, executor, attempt).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from runner.evaluator.core.inputs import evaluator_digest
+from runner.evaluator.environment.hooks import environment_hook
+from runner.evaluator.evidence.journal import read_journal
+from runner.evaluator.publish.results import derive
+from runner.evaluator.verdict.outcomes import TerminalRecord
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENTS = ROOT / "specs" / "swe-lite-agents.toml"
+TASK = "cachetools-cached-info"
+
+
+def subject_block(name: str) -> str:
+    """The `[[subjects]]` block of swe-lite-agents.toml whose id is `name`."""
+    text = AGENTS.read_text()
+    blocks = re.split(r"(?m)^(?=\[\[subjects\]\])", text.split("[[faults]]")[0])
+    for b in blocks:
+        if b.startswith("[[subjects]]") and f'id = "{name}"' in b:
+            return b.rstrip() + "\n"
+    raise KeyError(name)
+
+
+def make_spec(tmp: Path, subjects: str, faults: str = "", task: str = TASK) -> Path:
+    """A draft spec in `tmp`: one task, the given subject and fault TOML blocks."""
+    text = AGENTS.read_text()
+    head = text[: text.index("[[task_sets]]")]
+    tail = text[text.index("[matrix]") :]
+    tasks = (
+        '[[task_sets]]\nid = "swe-lite"\nbuckets = ["easy", "hard"]\n'
+        f'tasks = [{{ id = "{task}", bucket = "hard", path = "swe-lite/{task}" }}]\n\n'
+    )
+    spec = tmp / "spec" / "agents-test.toml"
+    (spec.parent / "swe-lite").mkdir(parents=True, exist_ok=True)
+    shutil.copytree(ROOT / "specs" / "swe-lite" / task, spec.parent / "swe-lite" / task)
+    shutil.copy(ROOT / "specs" / "swe-lite" / "sources.toml", spec.parent / "swe-lite")
+    shutil.copytree(
+        ROOT / "specs" / "swe-lite-agents" / "cassettes",
+        spec.parent / "swe-lite-agents" / "cassettes",
+    )
+    spec.write_text(head + tasks + subjects + "\n" + faults + "\n" + tail)
+    return spec
+
+
+def bench(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runner.cli.main", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+def run_draft(spec: Path, out: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
+    proc = bench("run", str(spec), "--draft", "--out", str(out), "--jobs", "1")
+    runs = list(out.iterdir()) if out.exists() else []
+    return proc, (runs[0] if len(runs) == 1 else out)
+
+
+def terminal_records(run_dir: Path) -> dict[str, list[TerminalRecord]]:
+    _, results, _ = derive(run_dir, evaluator_digest(), environment_hook)
+    return {s: r.evaluation.terminal_records for s, r in results.items()}
+
+
+def attempts(run_dir: Path) -> list[list[dict[str, Any]]]:
+    """Each attempt journal's records, as JSON, one list per attempt."""
+    return [
+        [e.record.model_dump(mode="json") for e in read_journal(path)]
+        for path in sorted((run_dir / "journals").glob("*-a*.jsonl"))
+    ]
+
+
+def records(run_dir: Path) -> list[dict[str, Any]]:
+    """Every attempt journal's records, as JSON (attempt journals only)."""
+    out = []
+    for path in sorted((run_dir / "journals").glob("*-a*.jsonl")):
+        out.extend(e.record.model_dump(mode="json") for e in read_journal(path))
+    return out
+
+
+def blob(run_dir: Path, address: str) -> bytes:
+    return (run_dir / "blobs" / "sha256" / address.removeprefix("sha256:")).read_bytes()
+
+
+def ledger_items(run_dir: Path) -> list[dict[str, Any]]:
+    """The destination's own ledger(s) of the run (archived as blobs by the attempts)."""
+    items = []
+    for r in records(run_dir):
+        if r["type"] == "attempt_ended" and r.get("ledger"):
+            for line in blob(run_dir, r["ledger"]).decode().splitlines():
+                if line.strip():
+                    items.append(json.loads(line))
+    return items
