@@ -7,11 +7,7 @@ Runtime test (root, Podman): run serialized, `flock /tmp/afb/runtime.lock pytest
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,45 +19,20 @@ from runner.evaluator.protocol.faultkinds import SANDBOX_RESTART, FaultKind
 from runner.evaluator.protocol.witness import WitnessContract
 from runner.runtime.faults.base import FaultPlugin
 from runner.runtime.faults.sandbox_restart import SandboxRestartFault
-from runner.runtime.host import naming
-from runner.runtime.host.podman_service import PodmanService
 from runner.runtime.interposers.destination import DestinationService
 from runner.runtime.interposers.mcp_tools import McpToolServer
 from runner.runtime.interposers.tools import ToolInterposer
-from runner.runtime.sandbox import testimage
-from runner.runtime.sandbox.base import SandboxSpec
 from runner.runtime.sandbox.podman import PodmanSandbox
 from tests.mcp.helpers import Rig, judged_attempt, run
+from tests.podman_sandbox import running_test_sandbox
 
 pytestmark = pytest.mark.runtime
 
 
-def _missing() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root"
-    for tool in ("podman", "runc"):
-        if shutil.which(tool) is None:
-            return f"{tool} not installed"
-    return None
-
-
 @pytest.fixture(scope="module")
 def podman() -> Iterator[PodmanSandbox]:
-    if reason := _missing():
-        pytest.skip(reason)
-    rid = naming.new_run_id()
-    d = Path(tempfile.mkdtemp(prefix="afb-mcp-"))
-    with naming.hold_run(rid), PodmanService(rid, d) as svc:
-        ref, _ = testimage.ensure_test_image()
-        sb = PodmanSandbox(svc.url, SandboxSpec(run_id=rid, name_suffix="mcp", image=ref))
-        sb.create()
-        try:
-            sb.start()
-            yield sb
-        finally:
-            sb.remove()
-            sb.close()
-    shutil.rmtree(d, ignore_errors=True)
+    with running_test_sandbox("mcp") as sb:
+        yield sb
 
 
 def test_a_real_mcp_client_lists_and_calls_the_tools(podman: PodmanSandbox) -> None:

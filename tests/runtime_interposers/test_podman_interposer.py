@@ -2,51 +2,22 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from runner.runtime.host import naming
-from runner.runtime.host.podman_service import PodmanService
 from runner.runtime.interposers.tools import ToolInterposer
-from runner.runtime.sandbox import testimage
-from runner.runtime.sandbox.base import SandboxSpec
 from runner.runtime.sandbox.podman import PodmanSandbox
+from tests.podman_sandbox import running_test_sandbox
 from tests.runtime_interposers.conftest import request
 
 pytestmark = pytest.mark.runtime
 
 
-def _missing() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root"
-    for tool in ("podman", "runc"):
-        if shutil.which(tool) is None:
-            return f"{tool} not installed"
-    return None
-
-
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[PodmanSandbox]:
-    if reason := _missing():
-        pytest.skip(reason)
-    rid = naming.new_run_id()
-    d = Path(tempfile.mkdtemp(prefix="afb-pi-"))
-    with naming.hold_run(rid), PodmanService(rid, d) as svc:
-        ref, _ = testimage.ensure_test_image()
-        sb = PodmanSandbox(svc.url, SandboxSpec(run_id=rid, name_suffix="interposer", image=ref))
-        sb.create()
-        try:
-            sb.start()
-            yield sb
-        finally:
-            sb.remove()
-            sb.close()
-    shutil.rmtree(d, ignore_errors=True)
+    with running_test_sandbox("interposer") as sb:
+        yield sb
 
 
 def test_tools_and_restart_through_podman(sandbox: PodmanSandbox) -> None:
