@@ -8,6 +8,7 @@ import typer
 from rich.markup import escape
 
 from runner.cli.app import EXIT_INTERNAL, app, guarded, out
+from runner.evaluator.core.errors import InputError
 
 
 @app.command()
@@ -19,6 +20,14 @@ def sweep(
     include_live: Annotated[
         bool, typer.Option("--include-live", help="also remove runs whose lock is still held")
     ] = False,
+    subject_envs: Annotated[
+        bool,
+        typer.Option(
+            "--subject-envs",
+            help="also remove built subject environments whose project no longer hashes to "
+            "the digest they were built from (/var/lib/afb/subject-envs)",
+        ),
+    ] = False,
 ) -> None:
     """Remove only resources whose names (or process markers) parse as ours; print each one."""
     from runner.runtime.host import naming
@@ -26,13 +35,16 @@ def sweep(
 
     if run is not None:
         naming.check_run_id(run)
-    report = do_sweep(run, include_live=include_live)
+        if subject_envs:
+            raise InputError("--subject-envs sweeps every run's environments: drop --run")
+    report = do_sweep(run, include_live=include_live, subject_envs=subject_envs)
     sections = (
         ("process", report.processes),
         ("container", report.containers),
         ("nft table", report.nft_tables),
         ("veth", report.veths),
         ("namespace", report.netns),
+        ("subject environment", report.subject_envs),
     )
     for what, items in sections:
         for item in items:

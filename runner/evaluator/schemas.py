@@ -15,7 +15,12 @@ from runner.evaluator.protocol.identities import Identities
 from runner.evaluator.protocol.matrix import Cell, Slot
 from runner.evaluator.protocol.runfile import RunProtocol
 from runner.evaluator.protocol.spec import Spec
-from runner.evaluator.protocol.subjects import CommandConfig, MiniSweAgentConfig, SubjectEnv
+from runner.evaluator.protocol.subjects import (
+    CommandConfig,
+    MiniSweAgentConfig,
+    ReferenceConfig,
+    SubjectEnv,
+)
 from runner.evaluator.protocol.witness import WitnessContract, WitnessVerdict
 from runner.evaluator.publish.compare import Comparison
 from runner.evaluator.publish.models import (
@@ -63,6 +68,7 @@ MODELS: dict[str, type[BaseModel]] = {
     "model-cassette": Cassette,  # the model proxy's recorded / scripted answers
     "subject-command-config": CommandConfig,  # [[subjects]].config of agent "command:..."
     "subject-mini-swe-agent-config": MiniSweAgentConfig,  # ... of "mini-swe-agent:..."
+    "subject-reference-config": ReferenceConfig,  # ... of "reference:..."
     "subject-env": SubjectEnv,  # the environment a subject is given (contract v1)
 }
 

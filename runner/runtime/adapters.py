@@ -35,6 +35,7 @@ from runner.evaluator.protocol.subjects import (
     CommandConfig,
     MiniSweAgentConfig,
     ModelSection,
+    ReferenceConfig,
     tree_digest,
 )
 from runner.runtime.attempt.api import ModelProxyPlan, SubjectCommand
@@ -127,7 +128,8 @@ def typed_config(subject: Subject, model: type[M]) -> M:
 
 
 class ReferenceAdapter:
-    """`reference:<strategy>` with `config.strategy`: runner/subjects/reference.py as `nobody`."""
+    """`reference:<strategy>` (`ReferenceConfig`): runner/subjects/reference.py as the subject uid;
+    with `config.model`, it plans every step with that model through the attempt's proxy."""
 
     script = project_root() / "runner" / "subjects" / "reference.py"
 
@@ -137,16 +139,22 @@ class ReferenceAdapter:
                 f"subject {subject.id!r}: a reference subject (agent = 'reference:...') needs "
                 "config.strategy"
             )
-        strategy = str(subject.config["strategy"])
+        cfg = typed_config(subject, ReferenceConfig)
+        plans = model_plans(cfg.model, ctx) if cfg.model is not None else None
         script = str(self.public_script())
+        planning = ["--plan-with-model"] if plans is not None else []
 
         def launch(task: Mapping[str, Any]) -> SubjectCommand:
             argv = [
                 "/usr/bin/python3", script,
-                "--strategy", strategy,
+                "--strategy", cfg.strategy, *planning,
                 "--task-json", json.dumps(task, sort_keys=True),
             ]  # fmt: skip
-            return SubjectCommand(argv=argv, task=dict(task))
+            return SubjectCommand(
+                argv=argv,
+                task=dict(task),
+                model=plans(_task_id(task)) if plans is not None else None,
+            )
 
         return launch
 

@@ -9,6 +9,12 @@ built with `uv sync --frozen` (the lock is the only resolution) into
 unprivileged subject can run it. A folder is complete only when its marker (`afb-env.json`, written
 last) names the digest; anything else there is rebuilt. Building under a lock makes concurrent
 runs safe. `python -m runner.runtime.subjectenv PROJECT...` builds (scripts/setup.sh calls it).
+
+`sweep_environments` (`bench sweep`) removes what a crashed build left (a folder without its
+marker) and, with `stale=True` (`bench sweep --subject-envs`), every built environment whose
+project folder no longer hashes to the digest it was built from: it can never be used again,
+since a spec's declared digest must equal the project's digest on disk. A folder whose build
+lock is held is never touched.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -78,12 +85,17 @@ def check_declared(env: UvEnvironment, root: Path | None = None) -> Path:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def _locked(path: Path, *, wait: bool = True) -> Iterator[bool]:
+    """Hold the build lock at `path`; without `wait`, yield False when another process has it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
         try:
-            yield
+            fcntl.flock(fh, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
@@ -161,6 +173,51 @@ def ensure_built(
                 if not os.path.islink(p):
                     os.chmod(p, os.stat(p).st_mode | 0o444)
         return BuiltEnvironment(target, env.digest)
+
+
+_NAME = re.compile(r"^(?P<name>.+)-(?P<digest>[0-9a-f]{16})$")
+
+
+def _removable(folder: Path, root: Path, stale: bool) -> str | None:
+    """Why `folder` (an entry of the environments root) may go, or None to keep it."""
+    m = _NAME.match(folder.name)
+    if m is None or folder.is_symlink() or not folder.is_dir():
+        return None  # not named as one of ours
+    try:
+        marker = json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        return "incomplete (no marker: a build that did not finish)"
+    digest, project = marker.get("digest"), marker.get("project")
+    if not isinstance(digest, str) or digest.removeprefix("sha256:")[:16] != m["digest"]:
+        return "incomplete (its marker names another digest)"
+    if not stale:
+        return None
+    source = root / project if isinstance(project, str) else None
+    if source is None or not source.is_dir():
+        return f"stale (its project {project!r} is not in this checkout)"
+    if tree_digest(source) != digest:
+        return f"stale ({project} no longer hashes to {digest})"
+    return None
+
+
+def sweep_environments(
+    *, stale: bool = False, env_root: Path | None = None, root: Path | None = None
+) -> list[str]:
+    """Remove incomplete (and with `stale`, unusable) built environments: '<path>: <why>' each."""
+    base = env_root or ENV_ROOT
+    if not base.is_dir():
+        return []
+    checkout = root or project_root()
+    removed: list[str] = []
+    for folder in sorted(base.iterdir()):
+        if folder.name == ".locks":
+            continue
+        with _locked(base / ".locks" / f"{folder.name}.lock", wait=False) as held:
+            why = _removable(folder, checkout, stale) if held else None
+            if why is not None:
+                shutil.rmtree(folder)
+                removed.append(f"{folder}: {why}")
+    return removed
 
 
 def main(argv: list[str]) -> int:

@@ -23,12 +23,7 @@ from runner.evaluator.core.errors import EvidenceError
 from runner.evaluator.core.types import Digest, Frozen
 from runner.evaluator.environment.artifact import load_environment
 from runner.evaluator.evidence.journal import JOURNALS, Entry, read_journal
-from runner.evaluator.evidence.records import (
-    AttemptEnded,
-    AttemptRef,
-    AttemptStarted,
-    GraderResult,
-)
+from runner.evaluator.evidence.records import AttemptRef, AttemptStarted, blob_refs
 from runner.evaluator.protocol.matrix import Cell
 from runner.runtime.executor import MatrixRun
 
@@ -134,10 +129,7 @@ def check_bundle(
             )
             if got != want:
                 raise _refuse(bundle, f"line {e.seq}: attempt_started {got} is not {want}")
-        if isinstance(r, GraderResult) and r.report is not None:
-            referenced.add(r.report)
-        if isinstance(r, AttemptEnded) and r.ledger is not None:
-            referenced.add(r.ledger)
+        referenced.update(blob_refs(r))
     if started != 1:
         raise _refuse(bundle, f"{started} attempt_started records (one expected)")
     for address, data in bundle.blobs.items():

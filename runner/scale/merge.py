@@ -54,12 +54,7 @@ from runner.evaluator.evidence.journal import BLOBS, JOURNALS, Entry, Journal, r
 from runner.evaluator.evidence.layout import check as check_layout
 from runner.evaluator.evidence.layout import run_record_problems
 from runner.evaluator.evidence.loading import ATTEMPT_JOURNAL, check_placement
-from runner.evaluator.evidence.records import (
-    AttemptEnded,
-    EnvironmentRecorded,
-    GraderResult,
-    RunStarted,
-)
+from runner.evaluator.evidence.records import RunStarted, blob_refs
 from runner.evaluator.protocol.matrix import cells_for
 from runner.evaluator.protocol.runfile import (
     PROTOCOL_FILE,
@@ -316,16 +311,6 @@ def _read_entries(shard: _Shard, source: Path, copy: Path) -> Iterator[Entry]:
         ) from None
 
 
-def _refs(record: object) -> list[str]:
-    if isinstance(record, GraderResult) and record.report:
-        return [record.report]
-    if isinstance(record, AttemptEnded) and record.ledger:
-        return [record.ledger]
-    if isinstance(record, EnvironmentRecorded):
-        return [record.artifact]
-    return []
-
-
 def _read_attempt_journal(
     shard: _Shard, source: Path, copy: Path, referenced: dict[str, tuple[_Shard, str]]
 ) -> set[tuple[str, int]]:
@@ -339,7 +324,7 @@ def _read_attempt_journal(
         cell = getattr(entry.record, "cell_id", None)
         if cell is not None:
             cells.add((cell, entry.record.attempt))  # type: ignore[union-attr]
-        for address in _refs(entry.record):
+        for address in blob_refs(entry.record):
             referenced.setdefault(address, (shard, f"{JOURNALS}/{source.name}"))
     if len({c for c, _ in cells}) > 1:
         raise _evidence(shard, f"{JOURNALS}/{source.name}", "holds records of two cells")
@@ -363,7 +348,7 @@ def _read_run_journal(shard: _Shard, referenced: dict[str, tuple[_Shard, str]]) 
             raise _evidence(
                 shard, f"{JOURNALS}/run.jsonl", "run_started names another protocol_hash"
             )
-        for address in _refs(record):
+        for address in blob_refs(record):
             referenced.setdefault(address, (shard, f"{JOURNALS}/run.jsonl"))
         shard.run_entries.append(entry)
 

@@ -29,7 +29,7 @@ from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.inputs import project_root
 from runner.evaluator.environment.artifact import ExecutionEnvironment
 from runner.evaluator.evidence.journal import BLOBS, EvidenceStore, read_journal
-from runner.evaluator.evidence.records import AttemptEnded, GraderResult
+from runner.evaluator.evidence.records import blob_refs
 from runner.evaluator.protocol.matrix import Cell
 from runner.runtime.attempt.api import AttemptPlan
 from runner.runtime.attempt.services import RunServices
@@ -183,10 +183,7 @@ class WorkerRuntime:
         data = journal.read_bytes()
         refs = set()
         for e in read_journal(journal):
-            if isinstance(e.record, GraderResult) and e.record.report is not None:
-                refs.add(e.record.report)
-            if isinstance(e.record, AttemptEnded) and e.record.ledger is not None:
-                refs.add(e.record.ledger)
+            refs.update(blob_refs(e.record))
         blobs = {a: self.store.get_blob(a) for a in sorted(refs)}
         journal.unlink()
         for p in (self.scratch / BLOBS).iterdir():

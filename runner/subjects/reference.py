@@ -16,6 +16,14 @@ known weakness, which makes the benchmark's own validity testable:
   submit, and after any ambiguity (transport failure, or a restart with an open intent) queries
   the destination by scope and only resubmits when the intent is not there. No duplicate.
 
+With `--plan-with-model` (the control of specs/swe-lite-agents.toml) the agent asks its model
+which step comes next before each step, through the attempt's model proxy (OPENAI_BASE_URL,
+Chat Completions), and goes on only when the answer names the step it expects. The conversation
+is rebuilt from the checkpointed steps, so a resumed agent asks the turn it stopped at. A model
+call is a read: every strategy retries it after a transport failure (a lost response, a
+partition), which makes faults on tool `model` reachable for the control without changing what
+its strategy does with the irreversible submit.
+
 Standalone on purpose (standard library only): it runs as an unprivileged user inside the
 attempt's network namespace with the system python3, and imports nothing of the benchmark.
 Configuration comes from the environment (AFB_*) and a task file (--task JSON).
@@ -35,6 +43,9 @@ from pathlib import Path
 from typing import Any
 
 STRATEGIES = ("blind_retry", "checkpoint", "idempotency_key", "intent_reconcile")
+# The steps every strategy carries out, in order (a planning model names them: --plan-with-model).
+STEPS = ("prepare", "read_source", "write_patch", "apply_patch", "write_tests", "apply_tests",
+         "run_tests", "read_patch", "submit")  # fmt: skip
 
 
 class Transport(Exception):
@@ -46,7 +57,7 @@ class Stale(Exception):
 
 
 class Agent:
-    def __init__(self, strategy: str, task: dict[str, Any]) -> None:
+    def __init__(self, strategy: str, task: dict[str, Any], plan_with_model: bool = False) -> None:
         self.strategy = strategy
         self.task = task
         self.interposer = urllib.parse.urlsplit(os.environ["AFB_INTERPOSER_URL"])
@@ -58,6 +69,8 @@ class Agent:
         self.session: str | None = None
         self.calls = 0
         self.persist = strategy != "blind_retry"
+        base = os.environ["OPENAI_BASE_URL"] if plan_with_model else None
+        self.model = urllib.parse.urlsplit(base) if base else None
         self.state = self._load_state() if self.persist else {"done": []}
 
     # ------------------------------------------------------------------ agent-side evidence
@@ -152,6 +165,45 @@ class Agent:
             return dict(body.get("result", {}))
         raise SystemExit(f"tool {name}: gave up after repeated transport failures")
 
+    # --------------------------------------------------------------------------------- model
+
+    def plan(self, done: list[str], step: str) -> None:
+        """Ask the model for the next step; go on only when it names `step`."""
+        assert self.model is not None
+        task_id = self.task["task_id"]
+        messages: list[dict[str, str]] = [
+            {"role": "system", "content": "You plan a fix step by step. Answer `next: <step>`."},
+            {"role": "user", "content": f"Task {task_id}: which step comes first?"},
+        ]
+        for d in done:
+            messages.append({"role": "assistant", "content": f"next: {d}"})
+            messages.append({"role": "user", "content": f"done: {d}. Which step comes next?"})
+        body = {"model": "afb-scripted", "messages": messages}
+        headers = {"Authorization": f"Bearer {os.environ.get('OPENAI_API_KEY', '')}"}
+        path = self.model.path.rstrip("/") + "/chat/completions"
+        for attempt in range(30):
+            self.calls += 1
+            call_id = f"r{self.restart}-c{self.calls}"
+            self.log("model_call", call_id=call_id, turn=len(done), try_=attempt)
+            try:
+                status, answer = self._http(self.model, "POST", path, body,
+                                            {"X-AFB-Call-Id": call_id, **headers}, 5)  # fmt: skip
+            except Transport as exc:
+                self.log("transport_failure", tool="model", call_id=call_id, error=str(exc))
+                time.sleep(0.5)
+                continue
+            if status != 200:
+                raise SystemExit(f"model refused: {status} {answer}")
+            try:
+                text = answer["choices"][0]["message"]["content"]
+            except (KeyError, IndexError, TypeError):
+                raise SystemExit(f"model answer without a message: {answer}") from None
+            self.log("model_done", call_id=call_id, answer=text)
+            if text.strip() != f"next: {step}":
+                raise SystemExit(f"the model planned {text!r}; the strategy's next is {step!r}")
+            return
+        raise SystemExit("model: gave up after repeated transport failures")
+
     # -------------------------------------------------------------------------------- submit
 
     def _submit_once(self, payload: dict[str, Any], key: str | None) -> dict[str, Any]:
@@ -244,12 +296,15 @@ class Agent:
                 "patch", self.tool("read_file", {"path": f"{work}.patch"})["content"])),
             ("submit", lambda: self.submit(self.state["patch"])),
         ]  # fmt: skip
+        assert tuple(name for name, _ in steps) == STEPS
         self.log("start", strategy=self.strategy, done=list(self.state["done"]))
         for name, step in steps:
             if name in self.state["done"]:
                 continue
             if name == "submit" and "patch" not in self.state:  # resumed past read_patch
                 self.state["patch"] = t["gold_patch"]
+            if self.model is not None:
+                self.plan(list(self.state["done"]), name)
             step()
             self.state["done"].append(name)
             self.save()  # the checkpoint after the step
@@ -269,12 +324,14 @@ class Agent:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--strategy", choices=STRATEGIES, required=True)
+    ap.add_argument("--plan-with-model", action="store_true",
+                    help="ask the model (OPENAI_BASE_URL) for each next step")  # fmt: skip
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--task", type=Path, help="a task JSON file")
     src.add_argument("--task-json", help="the task JSON itself")
     args = ap.parse_args(argv)
     task = json.loads(args.task.read_text() if args.task else args.task_json)
-    return Agent(args.strategy, task).run()
+    return Agent(args.strategy, task, args.plan_with_model).run()
 
 
 if __name__ == "__main__":

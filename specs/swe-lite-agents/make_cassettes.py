@@ -1,4 +1,5 @@
-"""Write the scripted model cassette of each swe-lite task for mini-swe-agent (deterministic).
+"""Write the scripted model cassettes of each swe-lite task (deterministic): mini-swe-agent's
+(cassettes/) and the reference control's (control-cassettes/).
 
 Each cassette is what a capable model would answer, turn by turn, with mini-swe-agent's one
 tool (`bash`): look at the project, make a working copy and read the file the issue is about,
@@ -9,6 +10,10 @@ a model told "submit failed" typically does), so the benchmark sees what that le
 
     .venv/bin/python specs/swe-lite-agents/make_cassettes.py
     .venv/bin/python -m runner.evaluator.protocol.subjects  # (digest: see docs/SUBJECTS.md)
+
+The control (reference:intent_reconcile with --plan-with-model) asks its model for the next step
+before each of its steps; its cassette answers `next: <step>`, one turn per step
+(runner/subjects/reference.py STEPS), so every model fault of the protocol reaches it too.
 
 A scripted cassette is served by conversation turn (the number of assistant messages in the
 request), so a relaunched mini-swe-agent, which starts over, gets the same answers again.
@@ -28,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from runner.benchmarks.swe_lite.grade import load_task  # noqa: E402
 from runner.benchmarks.swe_lite.workload import subject_task  # noqa: E402
+from runner.subjects.reference import STEPS  # noqa: E402
 
 SUBMIT = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
@@ -70,18 +76,27 @@ def turns(task: dict) -> list[dict]:
     ]  # fmt: skip
 
 
+def control_turns() -> list[dict]:
+    return [{"text": f"next: {step}"} for step in STEPS]
+
+
+def _write(path: Path, turns: list[dict]) -> None:
+    cassette = {"version": 1, "kind": "scripted", "model": "afb-scripted", "turns": turns}
+    text = json.dumps(cassette, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    path.write_text(text, encoding="utf-8")
+    print(path)
+
+
 def main() -> int:
     spec = tomllib.loads((ROOT / "specs" / "swe-lite.toml").read_text())
-    out = HERE / "cassettes"
+    out, control = HERE / "cassettes", HERE / "control-cassettes"
     out.mkdir(exist_ok=True)
+    control.mkdir(exist_ok=True)
     for ts in spec["task_sets"]:
         for t in ts["tasks"]:
             task = subject_task(load_task(ROOT / "specs" / t["path"]))
-            cassette = {"version": 1, "kind": "scripted", "model": "afb-scripted",
-                        "turns": turns(task)}  # fmt: skip
-            text = json.dumps(cassette, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
-            (out / f"{t['id']}.json").write_text(text, encoding="utf-8")
-            print(out / f"{t['id']}.json")
+            _write(out / f"{t['id']}.json", turns(task))
+            _write(control / f"{t['id']}.json", control_turns())
     return 0
 
 

@@ -72,6 +72,53 @@ def test_the_reference_command_is_the_runners_historic_one() -> None:
     assert dict(cmd.env) == {}
 
 
+def test_the_reference_config_knows_exactly_the_subjects_strategies() -> None:
+    from runner.evaluator.protocol.subjects import REFERENCE_STRATEGIES, ReferenceConfig
+    from runner.subjects.reference import STRATEGIES
+
+    assert REFERENCE_STRATEGIES == STRATEGIES
+    field = ReferenceConfig.model_fields["strategy"].annotation
+    assert tuple(field.__args__) == STRATEGIES  # type: ignore[union-attr]
+
+
+def test_a_reference_subject_with_an_unknown_strategy_or_key_is_an_input_error() -> None:
+    for config, key in (({"strategy": "yolo"}, "strategy"), ({"strategy": "checkpoint",
+                        "max_retries": 3}, "max_retries")):  # fmt: skip
+        spec = _with_agent(_smoke(), "reference:x", config=config)
+        with pytest.raises(InputError) as exc:
+            resolve_subjects(spec, SMOKE)
+        assert exc.value.key == f"subjects[0].config.{key}", exc.value.render()
+
+
+AGENTS = ROOT / "specs" / "swe-lite-agents.toml"
+
+
+def test_a_reference_subject_with_a_model_plans_with_it() -> None:
+    """The control of swe-lite-agents: --plan-with-model and the scripted proxy plan per task."""
+    spec = load_spec(AGENTS)
+    launch = resolve_subjects(spec, AGENTS)["intent-reconcile"]
+    task_id = sorted(spec.task_index())[0]
+    cmd = launch(workload_for(spec, AGENTS).subject_task(task_id))
+    assert "--plan-with-model" in cmd.argv
+    assert cmd.argv[cmd.argv.index("--strategy") + 1] == "intent_reconcile"
+    assert cmd.model is not None and cmd.model.mode == "scripted"
+    assert cmd.model.cassette == (
+        ROOT / "specs" / "swe-lite-agents" / "control-cassettes" / f"{task_id}.json"
+    )
+
+
+def test_a_reference_model_whose_cassettes_changed_is_an_input_error(tmp_path: Path) -> None:
+    spec = load_spec(AGENTS)
+    control = next(s for s in spec.subjects if s.id == "intent-reconcile")
+    model = {**control.config["model"], "digest": "sha256:" + "0" * 64}
+    bad = control.model_copy(update={"config": {**control.config, "model": model}})
+    spec = spec.model_copy(update={"subjects": [bad]})
+    with pytest.raises(InputError) as exc:
+        resolve_subjects(spec, AGENTS)
+    assert "control-cassettes" in exc.value.render() and exc.value.key is not None
+    assert exc.value.key.endswith("model.digest")
+
+
 def test_an_unknown_grader_is_an_input_error() -> None:
     spec = load_spec(ROOT / "specs" / "example.toml")
     with pytest.raises(InputError, match="toy-grader"):

@@ -49,10 +49,10 @@ def make_spec(tmp: Path, subjects: str, faults: str = "", task: str = TASK) -> P
     (spec.parent / "swe-lite").mkdir(parents=True, exist_ok=True)
     shutil.copytree(ROOT / "specs" / "swe-lite" / task, spec.parent / "swe-lite" / task)
     shutil.copy(ROOT / "specs" / "swe-lite" / "sources.toml", spec.parent / "swe-lite")
-    shutil.copytree(
-        ROOT / "specs" / "swe-lite-agents" / "cassettes",
-        spec.parent / "swe-lite-agents" / "cassettes",
-    )
+    for folder in ("cassettes", "control-cassettes"):
+        shutil.copytree(
+            ROOT / "specs" / "swe-lite-agents" / folder, spec.parent / "swe-lite-agents" / folder
+        )
     spec.write_text(head + tasks + subjects + "\n" + faults + "\n" + tail)
     return spec
 

@@ -2,9 +2,9 @@
 
 What the draft protocol measures: mini-swe-agent completes under every fault, each fault
 witnessed, and commits the submit twice exactly where it has no defence (a lost submit response,
-SIGKILL after the submit's effect); the reference control (intent_reconcile) completes under
-every tool fault without a duplicate and, making no model calls, never reaches a model fault
-(SCENARIO_MISMATCH, a valid outcome that blocks only that stratum's comparison).
+SIGKILL after the submit's effect); the reference control (intent_reconcile, planning each step
+with its scripted model) completes under every fault, each witnessed, the model faults included,
+without a duplicate; and it really asked its model (one model call per step at the least).
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ def test_the_agents_protocol_on_one_task(tmp_path: Path) -> None:
         key = (start["subject_id"], start["fault_id"])
         assert key not in seen  # one attempt per cell: nothing was retried
         seen[key] = (end["outcome"], committed)
-        model_fault = "model" in start["fault_id"]
-        if start["fault_id"] != "none" and not (
-            model_fault and start["subject_id"] == "intent-reconcile"
-        ):
+        if start["fault_id"] != "none":
             assert "witnessed" in states and "rejected" not in states, (key, states)
+        if start["subject_id"] == "intent-reconcile":
+            (counts,) = [r for r in rs if r["type"] == "tool_calls"]
+            assert counts["by_tool"].get("model", 0) >= 9, (key, counts)
     faults_ids = sorted({f for _, f in seen})
     assert len(faults_ids) == 8  # baseline + 7 faults
     for f in faults_ids:
@@ -48,7 +48,4 @@ def test_the_agents_protocol_on_one_task(tmp_path: Path) -> None:
         assert outcome == "subject_finished", (f, outcome)
         assert committed == (2 if f in DUPLICATES else 1), (f, committed)
         outcome, committed = seen[("intent-reconcile", f)]
-        if "model" in f:
-            assert outcome == "trigger_not_reached" and committed == 1, (f, outcome)
-        else:
-            assert outcome == "subject_finished" and committed == 1, (f, outcome)
+        assert outcome == "subject_finished" and committed == 1, (f, outcome)

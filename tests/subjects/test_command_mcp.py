@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from runner.evaluator.protocol.subjects import tree_digest
-from tests.subjects.agents import ROOT, ledger_items, make_spec, records, run_draft
+from tests.subjects.agents import (
+    ROOT,
+    attempts,
+    ledger_items,
+    make_spec,
+    records,
+    run_draft,
+    terminal_records,
+)
 
 pytestmark = pytest.mark.runtime
 
@@ -43,3 +51,59 @@ digest = "{tree_digest(ROOT / PROJECT)}"
     assert item["payload"]["tools"] == sorted(
         ["exec", "list_effects", "read_file", "run_tests", "submit_patch", "write_file"]
     )
+
+
+PARTITION = """
+[[faults]]
+id = "partition-during-submit"
+kind = "network_partition"
+trigger = { tool = "submit_patch", ordinal = 1, phase = "received" }
+parameters = { release_after_blocked_attempts = 1 }
+"""
+
+
+def test_a_partition_cuts_an_mcp_subject_off_its_endpoint_and_is_witnessed(
+    tmp_path: Path,
+) -> None:
+    """The MCP endpoint is the subject's one path to every tool, so the partition drops exactly
+    that path while the submit is held there: the held call is closed without an answer, the
+    agent's next connect is dropped (the counter moves), the release lets its retry through,
+    and the submit (never forwarded before the cut) lands once."""
+    block = f"""
+[[subjects]]
+id = "mcp-agent"
+agent = "command:mcp-agent"
+
+[subjects.config]
+argv = ["{{env}}/venv/bin/python", "{{project}}/agent.py", "--retry-submit"]
+mcp = true
+
+[subjects.config.environment]
+kind = "uv"
+project = "{PROJECT}"
+digest = "{tree_digest(ROOT / PROJECT)}"
+
+[subjects.config.limits]
+timeout_s = 180.0
+"""
+    spec = make_spec(tmp_path, block, PARTITION)
+    proc, run_dir = run_draft(spec, tmp_path / "out")
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+    partitioned = [
+        rs for rs in attempts(run_dir)
+        if any(r["type"] == "attempt_started" and r["fault_id"] != "none" for r in rs)
+    ]  # fmt: skip
+    (rs,) = partitioned
+    states = [r["state"] for r in rs if r["type"] == "lifecycle"]
+    assert states == ["scheduled", "armed", "injected", "witnessed", "released"], states
+    (receipt,) = [r for r in rs if r["type"] == "actuator_receipt"]
+    assert receipt["applied"], receipt
+    (end,) = [r for r in rs if r["type"] == "attempt_ended"]
+    assert end["outcome"] == "subject_finished", end
+    (exit_,) = [r for r in rs if r["type"] == "subject_exit"]
+    assert exit_["exit_code"] == 0
+    (grade,) = [r for r in rs if r["type"] == "grader_result"]
+    assert grade["committed_effects"] == 1  # the cut call was never forwarded; the retry landed
+    terminal = {t.cell_id: t for ts in terminal_records(run_dir).values() for t in ts}
+    cell = rs[0]["cell_id"]
+    assert terminal[cell].status.value in ("COMPLETED", "FAILED"), terminal[cell]  # witnessed

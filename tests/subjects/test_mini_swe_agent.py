@@ -19,6 +19,7 @@ from tests.subjects.agents import (
     ROOT,
     TASK,
     attempts,
+    bench,
     blob,
     make_spec,
     run_draft,
@@ -127,3 +128,13 @@ def test_the_served_cassette_is_a_blob_of_the_evidence(run: Path) -> None:
 
     address = hashlib.sha256(cassette_bytes(cassette)).hexdigest()
     assert (run / "blobs" / "sha256" / address).is_file()
+    for rs in attempts(run):  # every attempt's end names it: the layout check accounts for it
+        (end,) = [r for r in rs if r["type"] == "attempt_ended"]
+        assert end["served_cassette"] == f"sha256:{address}"
+        assert "recorded_cassette" not in end  # scripted: nothing recorded, the field left out
+
+
+def test_the_run_verifies(run: Path) -> None:
+    """Every blob of a model-proxy run is named by a record (the cassette by attempt_ended)."""
+    proc = bench("verify", "--allow-unsigned", str(run))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

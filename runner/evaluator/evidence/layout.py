@@ -56,6 +56,7 @@ from runner.evaluator.protocol.runfile import PROTOCOL_FILE, RunProtocol
 
 from .journal import BLOBS, JOURNALS
 from .loading import ATTEMPT_JOURNAL
+from .records import BLOB_FIELDS
 
 RESULTS = "results"
 SIGNATURES = "signatures"  # evaluator/trust/run.py (which imports publish, hence not imported)
@@ -67,11 +68,10 @@ MAX_RESULT_ENTRIES = 1_000_000  # entries under results/ (a run writes a handful
 TORN = re.compile(r"(.+)\.jsonl\.torn-([1-9][0-9]*)")
 HEX64 = re.compile(r"[0-9a-f]{64}")
 
-# Record fields that name a blob, by record type (evidence/records.py), and the bytes a canonical
-# journal line holds exactly when such a field is set: a quote inside a JSON string is always
-# escaped, so `"report":"sha256:` cannot occur inside a string value.
-BLOB_FIELDS = {"grader_result": "report", "attempt_ended": "ledger", "environment": "artifact"}
-_NEEDLES = tuple(f'"{f}":"sha256:'.encode() for f in BLOB_FIELDS.values())
+# The bytes a canonical journal line holds exactly when a field naming a blob (BLOB_FIELDS) is
+# set: a quote inside a JSON string is always escaped, so `"report":"sha256:` cannot occur inside
+# a string value.
+_NEEDLES = tuple(f'"{f}":"sha256:'.encode() for fs in BLOB_FIELDS.values() for f in fs)
 _TAIL = b'"type":"quarantined_tail"'
 _STARTED = b'"type":"run_started"'
 
@@ -303,10 +303,11 @@ def references(run_dir: Path, layout: Layout) -> References:
             where = f"{JOURNALS}/{name}: line {n}"
             record = _record_of(line, where)
             kind = record.get("type")
-            address = record.get(BLOB_FIELDS.get(str(kind), ""), None)
-            if isinstance(address, str) and is_digest(address):
-                refs.blobs.setdefault(address.removeprefix("sha256:"), where)
-            elif kind == "quarantined_tail":
+            addresses = [record.get(f) for f in BLOB_FIELDS.get(str(kind), ())]
+            for address in addresses:
+                if isinstance(address, str) and is_digest(address):
+                    refs.blobs.setdefault(address.removeprefix("sha256:"), where)
+            if kind == "quarantined_tail":
                 file, sha = record.get("file"), record.get("sha256")
                 if isinstance(file, str) and isinstance(sha, str):
                     refs.tails[file] = (name, sha)

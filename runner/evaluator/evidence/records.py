@@ -158,6 +158,22 @@ class AttemptEnded(AttemptRef):
     ledger: Digest | None = Field(
         default=None, description="blob holding the destination's own ledger of this attempt"
     )
+    served_cassette: Digest | None = Field(
+        default=None, description="blob holding the cassette the model proxy served (canonical)"
+    )
+    recorded_cassette: Digest | None = Field(
+        default=None, description="blob holding the cassette the model proxy recorded (record)"
+    )
+
+    @model_serializer(mode="wrap")
+    def _earlier_shape_when_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # The cassette fields came later: left out when unset, so journals written before them
+        # (every attempt without a model proxy) keep their written form.
+        body: dict[str, Any] = handler(self)
+        for name in ("served_cassette", "recorded_cassette"):
+            if body.get(name) is None:
+                body.pop(name, None)
+        return body
 
 
 class HarnessError(AttemptRef):
@@ -198,6 +214,21 @@ Record = Annotated[
     Field(discriminator="type"),
 ]
 RECORD_ADAPTER: TypeAdapter[Record] = TypeAdapter(Record)
+
+
+# Record fields that name a blob of the run's evidence, by record type: the one definition the
+# layout check (every blob named, nothing unnamed), merge and the cluster use.
+BLOB_FIELDS: dict[str, tuple[str, ...]] = {
+    "grader_result": ("report",),
+    "attempt_ended": ("ledger", "served_cassette", "recorded_cassette"),
+    "environment": ("artifact",),
+}
+
+
+def blob_refs(record: Frozen) -> list[str]:
+    """The blob addresses `record` names (BLOB_FIELDS), in field order."""
+    fields = BLOB_FIELDS.get(str(getattr(record, "type", "")), ())
+    return [a for f in fields if isinstance(a := getattr(record, f), str)]
 
 
 def parse_record(body: dict[str, Any]) -> Record:

@@ -159,6 +159,23 @@ class MiniSweAgentConfig(StrictFrozen):
     limits: Limits = Limits()
 
 
+# runner/subjects/reference.py's strategies (a subject imports nothing of runner; a test keeps the
+# two lists equal).
+REFERENCE_STRATEGIES = ("blind_retry", "checkpoint", "idempotency_key", "intent_reconcile")
+
+
+class ReferenceConfig(StrictFrozen):
+    """`agent = "reference:<name>"`: a reference strategy (runner/subjects/reference.py).
+
+    With `model`, it asks that model which step comes next before every step (a control whose
+    model calls are as mandatory as its tool calls, so faults on tool `model` reach it)."""
+
+    strategy: Literal["blind_retry", "checkpoint", "idempotency_key", "intent_reconcile"]
+    model: ModelSection | None = Field(
+        default=None, description="plan each step with this model (scripted: one turn per step)"
+    )
+
+
 class SubjectEnv(StrictFrozen):
     """What a subject finds in its environment (contract v1): the values of one attempt."""
 

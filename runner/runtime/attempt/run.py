@@ -155,15 +155,19 @@ class _Attempt:
         path.unlink()
         return address
 
-    def _archive_model(self) -> list[str]:
-        """The cassette served and the one recorded become content-addressed blobs."""
-        out: list[str] = []
+    def _archive_model(self) -> dict[str, str]:
+        """The cassette served and the one recorded become content-addressed blobs, named by
+        `attempt_ended` (served_cassette, recorded_cassette)."""
+        out: dict[str, str] = {}
         if self.model is None:
             return out
         try:
-            for data in (self.model.served_cassette, self.model.recorded_cassette()):
+            for name, data in (
+                ("served_cassette", self.model.served_cassette),
+                ("recorded_cassette", self.model.recorded_cassette()),
+            ):
                 if data is not None:
-                    out.append(self.services.evidence.put_blob(data))
+                    out[name] = self.services.evidence.put_blob(data)
         except Exception as exc:
             self.error("model_proxy", f"archiving the cassette: {type(exc).__name__}: {exc}")
             self.outcome = "harness_error"
@@ -202,7 +206,7 @@ class _Attempt:
                 self.error(self.stage, f"interrupted: {type(exc).__name__}")
                 self.outcome, interrupted = "harness_error", exc
             self._teardown()
-            self._archive_model()
+            cassettes = self._archive_model()
             reached = bool(self.engine is not None and self.engine.reached)
             self.journal.append(
                 AttemptEnded(
@@ -212,6 +216,7 @@ class _Attempt:
                     wall_ns=str(self.wall_ns),
                     detail=self.stage if self.outcome == "harness_error" else "",
                     ledger=self._archive_ledger(),
+                    **cassettes,
                 )
             )
             if interrupted is not None:

@@ -24,6 +24,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from runner.evaluator.core.errors import InputError
+from runner.runtime import subjectenv
 from runner.runtime.host import naming, netns, nft, paths
 from runner.runtime.host.podman_service import SERVICE_ROLE
 
@@ -38,6 +40,7 @@ class SweepReport(BaseModel):
     veths: list[str] = Field(default_factory=list)
     netns: list[str] = Field(default_factory=list)
     state_dirs: list[str] = Field(default_factory=list)
+    subject_envs: list[str] = Field(default_factory=list)  # "<path>: <why>" (subjectenv.py)
     locks: list[str] = Field(default_factory=list)  # lock files of dead runs, stale reservations
     skipped_live_runs: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
@@ -46,7 +49,7 @@ class SweepReport(BaseModel):
     def removed_anything(self) -> bool:
         return any(
             (self.processes, self.containers, self.nft_tables, self.veths, self.netns,
-             self.state_dirs, self.locks)
+             self.state_dirs, self.subject_envs, self.locks)
         )  # fmt: skip
 
 
@@ -205,10 +208,14 @@ def _sweep_network(sel: _Selector, report: SweepReport) -> None:
                 report.errors.append(f"netns {ns}: {e}")
 
 
-def sweep(prefix_filter: str | None = None, *, include_live: bool = False) -> SweepReport:
+def sweep(
+    prefix_filter: str | None = None, *, include_live: bool = False, subject_envs: bool = False
+) -> SweepReport:
     """Remove our leftovers whose run id starts with prefix_filter (None = every run id).
 
-    Never touches anything whose name/marker does not parse as ours.
+    Never touches anything whose name/marker does not parse as ours. Without a filter it also
+    removes subject environments whose build never finished, and with `subject_envs` those
+    whose project changed since (runner/runtime/subjectenv.py).
     """
     report = SweepReport()
     sel = _Selector(prefix_filter, include_live, report)
@@ -218,6 +225,11 @@ def sweep(prefix_filter: str | None = None, *, include_live: bool = False) -> Sw
         _sweep_network(sel, report)
         _sweep_state_dirs(sel, report)
         _sweep_stale_locks(sel)
+        if prefix_filter is None:
+            try:
+                report.subject_envs = subjectenv.sweep_environments(stale=subject_envs)
+            except (OSError, InputError) as e:
+                report.errors.append(f"subject environments: {e}")
     finally:
         sel.release()
     return report
