@@ -3,7 +3,11 @@ command in the sandbox, submits once, and lists the effects. Runs in its own uv 
 
 With `--retry-submit` a submit that fails (an error result, or no answer at all: a partition, a
 lost response) is retried on a fresh MCP session, up to 10 times, a second apart; each try is
-logged to the state dir (`tries.jsonl`), so a test can see what the agent went through."""
+logged to the state dir (`tries.jsonl`), so a test can see what the agent went through.
+
+With `--model-call` it first asks its model one question (Chat Completions at OPENAI_BASE_URL,
+stdlib HTTP) and puts the answer's text into the submit's payload (`model_answer`), so a test
+reads what the model proxy delivered from the destination's own ledger."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import json
 import os
 import sys
 import time
+import urllib.request
 
 from mcp import Client
 
@@ -49,11 +54,29 @@ async def submit(payload: dict, retry: bool) -> tuple[bool, int]:
     return True, 10
 
 
-async def main(retry: bool) -> int:
+def ask_model() -> str:
+    body = {"model": "afb-test", "messages": [{"role": "user", "content": "Which tool first?"}]}
+    req = urllib.request.Request(
+        os.environ["OPENAI_BASE_URL"].rstrip("/") + "/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={
+            "Content-Type": "application/json",
+            "Authorization": f"Bearer {os.environ['OPENAI_API_KEY']}",
+        },
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return str(json.loads(resp.read())["choices"][0]["message"]["content"])
+
+
+async def main(retry: bool, model: bool) -> int:
+    answer = ask_model() if model else None
     async with Client(URL) as client:
         tools = sorted(t.name for t in (await client.list_tools()).tools)
         ran = await client.call_tool("exec", {"argv": ["sh", "-c", "echo hello-from-mcp"]})
-    sub_error, tries = await submit({"patch": "", "tools": tools}, retry)
+    payload: dict = {"patch": "", "tools": tools}
+    if answer is not None:
+        payload["model_answer"] = answer
+    sub_error, tries = await submit(payload, retry)
     async with Client(URL) as client:
         listed = await client.call_tool("list_effects", {})
     report = {
@@ -70,4 +93,5 @@ async def main(retry: bool) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(asyncio.run(main("--retry-submit" in sys.argv[1:])))
+    flags = sys.argv[1:]
+    raise SystemExit(asyncio.run(main("--retry-submit" in flags, "--model-call" in flags)))
