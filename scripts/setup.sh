@@ -43,4 +43,5 @@ for project in subjects/*/; do
   [ -f "$project/uv.lock" ] || continue
   .venv/bin/python -m runner.runtime.subjectenv "${project%/}"
 done
+bash scripts/setup-claude-code.sh  # Claude Code (pinned native binary) for tests/subjects
 log "done"
