@@ -10,6 +10,7 @@ makes it echo the credential it received (the redaction test).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Iterator
@@ -89,17 +90,26 @@ class _UpHandler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-@pytest.fixture
-def upstream() -> Iterator[FakeUpstream]:
+@contextlib.contextmanager
+def serve_upstream() -> Iterator[FakeUpstream]:
+    """A FakeUpstream listening on 127.0.0.1 for the duration of the block."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _UpHandler)
     server.daemon_threads = True
     up = FakeUpstream(server.server_address[:2])  # type: ignore[arg-type]
     server.up = up  # type: ignore[attr-defined]
     t = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     t.start()
-    yield up
-    server.shutdown()
-    server.server_close()
+    try:
+        yield up
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def upstream() -> Iterator[FakeUpstream]:
+    with serve_upstream() as up:
+        yield up
 
 
 @pytest.fixture

@@ -36,6 +36,21 @@ def subject_block(name: str) -> str:
     raise KeyError(name)
 
 
+def fault_blocks(*ids: str) -> str:
+    """The `[[faults]]` blocks of swe-lite-agents.toml with these ids (every one without ids)."""
+    text = AGENTS.read_text()
+    section = text[text.index("[[faults]]") : text.index("[matrix]")]
+    chosen = []
+    for b in re.split(r"(?m)^(?=\[\[faults\]\])", section):
+        m = re.search(r'(?m)^id = "([^"]+)"', b)
+        if b.startswith("[[faults]]") and m and (not ids or m[1] in ids):
+            lines = [ln for ln in b.splitlines() if not ln.startswith("#")]
+            chosen.append("\n".join(lines).strip() + "\n\n")
+    if ids and len(chosen) != len(ids):
+        raise KeyError(f"not all of {ids} are faults of {AGENTS.name}")
+    return "".join(chosen)
+
+
 def make_spec(tmp: Path, subjects: str, faults: str = "", task: str = TASK) -> Path:
     """A draft spec in `tmp`: one task, the given subject and fault TOML blocks."""
     text = AGENTS.read_text()

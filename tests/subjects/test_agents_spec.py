@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.subjects.agents import AGENTS, attempts, make_spec, run_draft, subject_block
+from tests.subjects.agents import attempts, fault_blocks, make_spec, run_draft, subject_block
 
 pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
@@ -21,8 +21,7 @@ DUPLICATES = {"lost-submit-response", "sigkill-after-submit-effect"}
 
 
 def test_the_agents_protocol_on_one_task(tmp_path: Path) -> None:
-    text = AGENTS.read_text()
-    faults = text[text.index("[[faults]]") : text.index("[matrix]")]
+    faults = fault_blocks()
     subjects = subject_block("mini-swe-agent") + "\n" + subject_block("intent-reconcile")
     proc, run_dir = run_draft(make_spec(tmp_path, subjects, faults), tmp_path / "out")
     assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]

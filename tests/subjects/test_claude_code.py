@@ -29,6 +29,7 @@ from tests.subjects.agents import (
     TASK,
     attempts,
     blob,
+    fault_blocks,
     make_spec,
     run_draft,
     terminal_records,
@@ -57,45 +58,7 @@ ENV = {
     "DISABLE_AUTOUPDATER": "1",
 }
 
-FAULTS = """
-[[faults]]
-id = "sigkill-after-submit-effect"
-kind = "sigkill_mid_tool_call"
-trigger = { tool = "submit_patch", ordinal = 1, phase = "effect_done" }
-
-[[faults]]
-id = "lost-submit-response"
-kind = "lost_response"
-trigger = { tool = "submit_patch", ordinal = 1, phase = "effect_done" }
-
-[[faults]]
-id = "partition-during-submit"
-kind = "network_partition"
-trigger = { tool = "submit_patch", ordinal = 1, phase = "received" }
-parameters = { release_after_blocked_attempts = 1 }
-
-[[faults]]
-id = "restart-during-first-exec"
-kind = "sandbox_restart"
-trigger = { tool = "exec", ordinal = 1, phase = "dispatched" }
-parameters = { mode = "restart" }
-
-[[faults]]
-id = "lost-model-response"
-kind = "lost_response"
-trigger = { tool = "model", ordinal = 3, phase = "effect_done" }
-
-[[faults]]
-id = "partition-during-model-call"
-kind = "network_partition"
-trigger = { tool = "model", ordinal = 2, phase = "received" }
-parameters = { release_after_blocked_attempts = 1 }
-
-[[faults]]
-id = "sigkill-mid-model-call"
-kind = "sigkill_mid_tool_call"
-trigger = { tool = "model", ordinal = 4, phase = "effect_done" }
-"""
+FAULTS = fault_blocks()  # the seven faults of specs/swe-lite-agents.toml
 
 
 def cassette_turns(task: dict[str, Any]) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ from runner.evaluator.protocol.subjects import tree_digest
 from tests.subjects.agents import (
     ROOT,
     attempts,
+    fault_blocks,
     ledger_items,
     make_spec,
     records,
@@ -53,13 +54,7 @@ digest = "{tree_digest(ROOT / PROJECT)}"
     )
 
 
-PARTITION = """
-[[faults]]
-id = "partition-during-submit"
-kind = "network_partition"
-trigger = { tool = "submit_patch", ordinal = 1, phase = "received" }
-parameters = { release_after_blocked_attempts = 1 }
-"""
+PARTITION = fault_blocks("partition-during-submit")
 
 
 def test_a_partition_cuts_an_mcp_subject_off_its_endpoint_and_is_witnessed(

@@ -21,6 +21,7 @@ from tests.subjects.agents import (
     attempts,
     bench,
     blob,
+    fault_blocks,
     make_spec,
     run_draft,
     subject_block,
@@ -29,22 +30,7 @@ from tests.subjects.agents import (
 
 pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
-FAULTS = """
-[[faults]]
-id = "lost-model-response"
-kind = "lost_response"
-trigger = { tool = "model", ordinal = 3, phase = "effect_done" }
-
-[[faults]]
-id = "lost-submit-response"
-kind = "lost_response"
-trigger = { tool = "submit_patch", ordinal = 1, phase = "effect_done" }
-
-[[faults]]
-id = "sigkill-after-submit-effect"
-kind = "sigkill_mid_tool_call"
-trigger = { tool = "submit_patch", ordinal = 1, phase = "effect_done" }
-"""
+FAULTS = fault_blocks("lost-model-response", "lost-submit-response", "sigkill-after-submit-effect")
 
 
 @pytest.fixture(scope="module")

@@ -11,16 +11,14 @@ byte of the upstream key is anywhere in either run directory.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from runner.evaluator.protocol.cassette import load_cassette
 from runner.evaluator.protocol.subjects import tree_digest
-from tests.model_proxy.conftest import KEY_ENV, UPSTREAM_KEY, FakeUpstream, _UpHandler
+from tests.model_proxy.conftest import KEY_ENV, UPSTREAM_KEY, FakeUpstream, serve_upstream
 from tests.subjects.agents import (
     ROOT,
     TASK,
@@ -39,15 +37,8 @@ PROJECT = "tests/subjects/mcp-agent"
 
 @pytest.fixture
 def upstream() -> Iterator[FakeUpstream]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _UpHandler)
-    server.daemon_threads = True
-    up = FakeUpstream(server.server_address[:2])  # type: ignore[arg-type]
-    server.up = up  # type: ignore[attr-defined]
-    t = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    t.start()
-    yield up
-    server.shutdown()
-    server.server_close()
+    with serve_upstream() as up:
+        yield up
 
 
 def _block(model: str) -> str:
