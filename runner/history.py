@@ -176,15 +176,25 @@ class HistoricRun:
     stderr: str
 
 
-def run_historic_bench(repo: Path, digest: str, args: Sequence[str]) -> HistoricRun:
+def knows_option(tree: Path, option: str) -> bool:
+    """Does the exported tree's CLI declare `option` (e.g. `--allow-unsigned`)?"""
+    cli = tree / "runner" / "cli"
+    return any(f'"{option}"' in p.read_text(encoding="utf-8") for p in sorted(cli.glob("*.py")))
+
+
+def run_historic_bench(
+    repo: Path, digest: str, args: Sequence[str], *, if_known: Sequence[str] = ()
+) -> HistoricRun:
     """Run `bench ARGS` with the evaluator whose inputs hash to `digest` (paths made absolute
-    by the caller), checking first that the exported tree really has that digest."""
+    by the caller), checking first that the exported tree really has that digest. Each option
+    of `if_known` is added when that tree's CLI has it (options later versions added)."""
     found = find_evaluator(repo, digest)
     with exported_tree(repo, found.commit) as tree:
         if evaluator_digest(tree) != digest:  # the full export must agree with the selection
             raise InputError(f"the export of {found.commit[:12]} does not hash to {digest}")
         argv, env = bench_command(tree, repo)
+        extra = [o for o in if_known if knows_option(tree, o)]
         proc = subprocess.run(
-            [*argv, *args], cwd=tree, env=env, capture_output=True, text=True, check=False
+            [*argv, *args, *extra], cwd=tree, env=env, capture_output=True, text=True, check=False
         )
     return HistoricRun(found, proc.returncode, proc.stdout, proc.stderr)

@@ -101,7 +101,10 @@ def _reproduced(run_dir: Path, theirs: str) -> str | None:
 
     with tempfile.TemporaryDirectory(prefix="afb-sign-") as tmp:
         copy = unsigned_copy(run_dir.resolve(), Path(tmp))
-        ran = run_historic_bench(repository(project_root()), theirs, ["reproduce", str(copy)])
+        ran = run_historic_bench(
+            repository(project_root()), theirs, ["reproduce", str(copy)],
+            if_known=["--allow-unsigned"],  # an unsigned copy: the run is about to be signed
+        )  # fmt: skip
     if ran.returncode == 0 and "REPRODUCED" in ran.stdout:
         out.print(f"reproduced by its own evaluator {theirs} (commit {ran.found.commit[:12]})")
         return None

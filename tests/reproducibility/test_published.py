@@ -5,10 +5,11 @@
 - Every published bundle also reproduces with its OWN evaluator: a superseded one through
   `bench reproduce --evaluator-from-history` (the git commit whose evaluator inputs hash to the
   bundle's digest, run from a temporary export); a one-byte change still fails, naming the field.
-- specs/swe-lite.toml is frozen: changing an evaluator input (or any rule) changes its
-  protocol_hash, and this fails until the change is recorded with `bench amend`.
-- The current swe-lite protocol has a published, registered bundle: an amendment needs a new
-  published result under it (docs: README "Publishing a reference result").
+- specs/swe-lite.toml and specs/swe-lite-agents.toml (the published protocols) are frozen:
+  changing an evaluator input (or any rule) changes their protocol_hash, and this fails until the
+  change is recorded with `bench amend`.
+- Each one's current protocol has a published, registered bundle: an amendment needs a new
+  published result under it (docs: README "Reproducing and publishing").
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = ROOT / "vectors" / "published"
 REGISTRY = Registry(ROOT / "registry" / "registry.jsonl")
 SWE_LITE = ROOT / "specs" / "swe-lite.toml"
+GATED = (SWE_LITE, ROOT / "specs" / "swe-lite-agents.toml")  # the published protocols
 BUNDLES = (
     sorted(p for p in PUBLISHED.iterdir() if (p / "protocol.json").is_file())
     if PUBLISHED.is_dir()
@@ -42,22 +44,21 @@ BUNDLES = (
 )
 
 
-def _current_protocol() -> str:
-    return compute(load_spec(SWE_LITE), SWE_LITE).protocol_hash
-
-
-def test_swe_lite_protocol_is_frozen() -> None:
-    spec = load_spec(SWE_LITE)
-    ids = compute(spec, SWE_LITE)
-    state, _ = freezing.status(SWE_LITE, ids)
+@pytest.mark.parametrize("spec_path", GATED, ids=[p.stem for p in GATED])
+def test_published_protocol_is_frozen(spec_path: Path) -> None:
+    spec = load_spec(spec_path)
+    ids = compute(spec, spec_path)
+    state, _ = freezing.status(spec_path, ids)
+    name = f"specs/{spec_path.name}"
     assert state is freezing.ProtocolStatus.FROZEN, (
-        f"specs/swe-lite.toml is {state.value}: an evaluator input or rule changed; record it with "
-        "`bench amend specs/swe-lite.toml --reason ...` and publish a result under the new protocol"
+        f"{name} is {state.value}: an evaluator input or rule changed; record it with "
+        f"`bench amend {name} --reason ...` and publish a result under the new protocol"
     )
 
 
-def test_current_protocol_has_a_registered_published_bundle() -> None:
-    current = _current_protocol()
+@pytest.mark.parametrize("spec_path", GATED, ids=[p.stem for p in GATED])
+def test_current_protocol_has_a_registered_published_bundle(spec_path: Path) -> None:
+    current = compute(load_spec(spec_path), spec_path).protocol_hash
     live = {h: e for h, e in REGISTRY.state().items() if e.type == "published"}
     matching = [b for b in BUNDLES if read_protocol(b).identities.protocol_hash == current]
     assert matching, f"no published bundle under the current protocol {current}"
