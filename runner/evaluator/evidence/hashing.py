@@ -82,6 +82,20 @@ class EvidenceRoot:
         if self._held >= self._spill_bytes:
             self._spill()
 
+    def add_digests(self, digests: Iterable[bytes]) -> None:
+        """`add_digest` of each (one call for a journal's leaves)."""
+        buckets = self._buckets
+        n = 0
+        for raw in digests:
+            if len(raw) != 32:
+                raise ValueError("a leaf digest is 32 bytes")
+            buckets[raw[0]] += raw
+            n += 1
+        self.count += n
+        self._held += 32 * n
+        if self._held >= self._spill_bytes:
+            self._spill()
+
     def _spill(self) -> None:
         if self._file is None and self._spill_path is not None:
             self._file = open(self._spill_path, "w+b")  # noqa: SIM115 (closed by value or export)

@@ -111,7 +111,7 @@ def read_journal(path: Path) -> Iterator[Entry]:
 Verified = tuple[int, str | None, str, Record, str, bytes]  # seq, prev, at_ns, record, digest, leaf
 
 
-def read_verified(path: Path) -> Iterator[Verified]:
+def read_verified(path: Path | str) -> Iterator[Verified]:
     """`read_journal`'s entries as tuples, each leaf as its 32 raw digest bytes: the evaluator's
     hot path (about 12 M lines at a million cells), with the same checks and the same errors.
 
@@ -120,7 +120,9 @@ def read_verified(path: Path) -> Iterator[Verified]:
     reference path, which accepts it or raises the precise error.
     """
     prev: str | None = None
-    data = path.read_bytes()
+    prev_member = b"null"  # `prev` as the JSON member the next line must hold
+    with open(path, "rb") as fh:  # a str path too: no Path object per journal on the hot path
+        data = fh.read()
     lines = data.split(b"\n")
     torn = lines.pop()  # after the last newline: empty unless the last record is torn
     if torn:
@@ -128,14 +130,15 @@ def read_verified(path: Path) -> Iterator[Verified]:
     for n, line in enumerate(lines, start=1):
         if torn and n == len(lines):
             raise EvidenceError(f"{path}: line {n}: torn record (no newline; crashed mid-write?)")
-        prev_member = b"null" if prev is None else b'"' + prev.encode() + b'"'
         fast = _fast_line(line, n, prev_member)
         if fast is not None:
             at_ns, record, leaf = fast
             p = prev
         else:
             p, at_ns, record, leaf = _checked_line(line, n, prev, f"{path}: line {n}")
-        prev = sha256_digest(line)
+        hexed = hashlib.sha256(line).hexdigest()
+        prev = "sha256:" + hexed
+        prev_member = b'"sha256:' + hexed.encode() + b'"'
         yield n, p, at_ns, record, prev, leaf
 
 
@@ -211,20 +214,44 @@ _VALIDATORS_PER_FIELD = not any(
 
 
 def _remember(r: bytes, c: int, record: Record) -> None:
-    """Keep a validated record as a template when its line holds its cell id exactly once."""
+    """Keep a validated record as a template when its line holds its cell id exactly once (and
+    the record has no extra or private state, which `_with_cell`'s copy leaves out)."""
     if not _VALIDATORS_PER_FIELD or c < len(_CELL) or r.count(_CELL) != 1:
         return
     if getattr(record, "cell_id", None) != r[c : c + 71].decode():
+        return
+    if record.__pydantic_extra__ is not None or record.__pydantic_private__ is not None:
         return
     if len(_TEMPLATES) >= TEMPLATES_HELD:
         _TEMPLATES.clear()
     _TEMPLATES[r[:c] + r[c + 71 :]] = (c, record)
 
 
+# The last cell id the model's validator took, and what it made of it: the records of one
+# journal share their cell id, so it is validated once per journal, not once per record (a
+# field's validation depends on its value alone: see `_VALIDATORS_PER_FIELD`).
+_VALIDATED: list[str | None] = [None, None]
+_setattr = object.__setattr__
+
+
 def _with_cell(template: Any, cell: str) -> Record:
-    record = template.model_copy()
-    record.__pydantic_validator__.validate_assignment(record, "cell_id", cell)
-    return record  # type: ignore[no-any-return]
+    """`template.model_copy()` with `cell_id` validated and assigned (`validate_assignment`):
+    the same `__dict__` (same order), fields set, extra and private state (both None, see
+    `_remember`), built directly when `cell` is the id validated last."""
+    if cell != _VALIDATED[0]:
+        record = template.model_copy()
+        record.__pydantic_validator__.validate_assignment(record, "cell_id", cell)
+        _VALIDATED[0], _VALIDATED[1] = cell, record.cell_id
+        return record  # type: ignore[no-any-return]
+    cls: type[BaseModel] = type(template)
+    record = cls.__new__(cls)
+    values = template.__dict__.copy()
+    values["cell_id"] = _VALIDATED[1]
+    _setattr(record, "__dict__", values)
+    _setattr(record, "__pydantic_extra__", None)
+    _setattr(record, "__pydantic_fields_set__", set(template.__pydantic_fields_set__))
+    _setattr(record, "__pydantic_private__", None)
+    return record  # type: ignore[return-value]
 
 
 def _plain(value: dict[str, Any]) -> bool:
