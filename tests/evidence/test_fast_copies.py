@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 from runner.evaluator.core.inputs import project_root
 from runner.evaluator.evidence import journal as J
 from runner.evaluator.evidence.records import LifecycleTransition, ToolCallCount
+from runner.evaluator.protocol.matrix import cell_id
 from runner.evaluator.protocol.witness import evaluate_witness, load_contracts
 from runner.evaluator.verdict import outcomes as O
+from runner.evaluator.verdict.terminals import cell_digest
 from tests.evidence.synth import GOOD, NOOP
 
 CELLS = ["sha256:" + c * 64 for c in "ab"]
@@ -113,3 +115,18 @@ def _outcome(judge: Any) -> Any:
         return judge()
     except Exception as exc:
         return type(exc)
+
+
+@given(slot=st.text(max_size=12), subject=st.text(max_size=12))
+def test_a_cell_digest_is_the_cell_ids(slot: str, subject: str) -> None:
+    digest = "sha256:" + "0123456789abcdef" * 4
+    for s, h in [(slot, subject), (digest, subject), (slot, digest), (digest + slot, digest)]:
+        try:
+            want: Any = cell_id(s, h)[7:]
+        except ValueError:
+            want = ValueError
+        try:
+            got: Any = cell_digest(s, h).hex()
+        except ValueError:
+            got = ValueError
+        assert got == want

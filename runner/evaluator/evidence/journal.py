@@ -173,13 +173,16 @@ def _fast_line(line: bytes, seq: int, prev_member: bytes) -> tuple[str, Record, 
     if not line.endswith(tail):
         return None
     r = line[j + len(mid) : len(line) - len(tail)]
-    if not r.isascii() or b"\\u" in r:
-        return None
     c = r.find(_CELL) + len(_CELL)  # where the cell id's digest starts (if it has one)
     seen = _TEMPLATES.get(r[:c] + r[c + 71 :]) if c >= len(_CELL) else None
     try:
         if seen is not None and seen[0] == c:
+            # R is the template's R (ASCII, no \u escape) with another 71 bytes where its digest
+            # was, which the validator takes only as a digest: ASCII, no backslash, so no \u
+            # escape across either edge (the bytes before end in a quote).
             record = _with_cell(seen[1], r[c : c + 71].decode())
+        elif not r.isascii() or b"\\u" in r:
+            return None
         else:
             body = pydantic_core.from_json(r)
             if type(body) is not dict or pydantic_core.to_json(body) != r or not _plain(body):

@@ -97,7 +97,9 @@ def group_attempts(entries: Iterable[Positioned]) -> dict[str, dict[int, _Attemp
         if cell is None:
             continue
         a = cells[cell][rec.attempt]  # type: ignore[union-attr]
-        if isinstance(rec, AttemptStarted):
+        if type(rec) is LifecycleTransition:  # the most frequent record, no other's subclass
+            a.lifecycle.append((journal, seq, rec.state))
+        elif isinstance(rec, AttemptStarted):
             a.started.append(rec)
         elif isinstance(rec, AttemptEnded):
             a.ended.append(rec)
@@ -191,12 +193,18 @@ _SCALARS = (str, int, bool, type(None))
 
 def _native(value: Any) -> bool:
     t = type(value)
+    if t is dict:
+        for k, v in value.items():  # a loop, not all(): observations are mostly flat dicts
+            if type(k) is not str:
+                return False
+            tv = type(v)
+            if not (tv is str or tv is int or tv is bool or v is None or _native(v)):
+                return False
+        return True
     if t in _SCALARS:
         return True
     if t is float:
         return bool(value == value)  # not NaN (unequal to itself, so no function of its JSON)
-    if t is dict:
-        return all(type(k) is str and _native(v) for k, v in value.items())
     if t is list:
         return all(_native(v) for v in value)
     return False
