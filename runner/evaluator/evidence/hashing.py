@@ -165,12 +165,11 @@ class EvidenceRoot:
             for part in parts:
                 self._emit(h, bytes(part), depth + 1)
             return
-        packed = b"".join(sorted([data[i : i + 32] for i in range(0, len(data), 32)])).hex()
-        h.update(
-            "".join(
-                ["sha256:" + packed[i : i + 64] + "\n" for i in range(0, len(packed), 64)]
-            ).encode()
-        )
+        packed = b"".join(sorted([data[i : i + 32] for i in range(0, len(data), 32)]))
+        # one line `sha256:<hex>\n` per leaf: the hex of each 32 bytes, newline-separated, with
+        # the prefix put after every newline (no other newline in hex) and before the first
+        lines = packed.hex("\n", 32).replace("\n", "\nsha256:")
+        h.update(b"sha256:" + lines.encode() + b"\n")
 
 
 def leaf(at_ns: str, record: dict[str, Any]) -> str:

@@ -78,19 +78,20 @@ class LoadedEvidence:
         return _groups((n, sorted(by_journal[n], key=lambda e: e[1])) for n in names)
 
     @classmethod
-    def from_store(cls, store: EvidenceStore) -> LoadedEvidence:
-        return StreamedEvidence(store)
+    def from_store(cls, store: EvidenceStore, names: list[str] | None = None) -> LoadedEvidence:
+        """`names`: the store's `journal_names()`, when the caller has listed them already."""
+        return StreamedEvidence(store, names)
 
 
 class StreamedEvidence(LoadedEvidence):
     """A run directory's evidence: run-level journals read now, attempt journals streamed."""
 
-    def __init__(self, store: EvidenceStore) -> None:
+    def __init__(self, store: EvidenceStore, names: list[str] | None = None) -> None:
         self._leaves: EvidenceRoot | None = EvidenceRoot()
         self._dir = store.run_dir / JOURNALS
         self._attempts: list[str] = []  # attempt journals' stems, in name order
         env: list[EnvironmentRecorded] = []
-        for name in store.journal_names():
+        for name in store.journal_names() if names is None else names:
             stem = name[: -len(".jsonl")]
             if ATTEMPT_JOURNAL.fullmatch(stem):
                 self._attempts.append(stem)

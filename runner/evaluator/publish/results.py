@@ -306,10 +306,12 @@ def _derive_into(
     """`_derive`, each file handed to `put` as it is made."""
     rp = read_protocol(run_dir)
     store = EvidenceStore(run_dir)
-    evidence = LoadedEvidence.from_store(store)
+    names = store.journal_names()  # listed once: the journals read are the artifacts named
+    evidence = LoadedEvidence.from_store(store, names)
     env = environment(rp, evidence, store) if environment else NO_ENVIRONMENT
     regrade = _regrade_record(run_dir, rp, evaluator_digest)
-    artifacts = [f"{JOURNALS}/{n}" for n in store.journal_names()] + [PROTOCOL_FILE]
+    artifacts = [f"{JOURNALS}/{n}" for n in names] + [PROTOCOL_FILE]
+    del names
     images = images_of(evidence, store)
     derived = None if regrade is None else regrade[1]["derived_from"]
 
