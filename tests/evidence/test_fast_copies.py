@@ -1,6 +1,7 @@
 """The memoized and copied shortcuts of the journal hot path give what their definitions give:
 a templated record (journal._with_cell) is the model's own copy with its cell id validated,
-and a memoized witness verdict (outcomes._judged) is evaluate_witness's."""
+a memoized witness verdict (outcomes._judged) is evaluate_witness's, a cell digest is the cell
+id's, and the artifacts held as bytes are the list."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from runner.evaluator.evidence import journal as J
 from runner.evaluator.evidence.records import LifecycleTransition, ToolCallCount
 from runner.evaluator.protocol.matrix import cell_id
 from runner.evaluator.protocol.witness import evaluate_witness, load_contracts
+from runner.evaluator.publish.results import _Artifacts
 from runner.evaluator.verdict import outcomes as O
 from runner.evaluator.verdict.terminals import cell_digest
 from tests.evidence.synth import GOOD, NOOP
@@ -130,3 +132,11 @@ def test_a_cell_digest_is_the_cell_ids(slot: str, subject: str) -> None:
         except ValueError:
             got = ValueError
         assert got == want
+
+
+@given(names=st.lists(st.text(st.characters(blacklist_characters="\0"), max_size=8), max_size=5))
+def test_the_artifacts_held_as_bytes_are_the_list(names: list[str]) -> None:
+    held = _Artifacts(names)
+    want = [f"journals/{n}" for n in names] + ["protocol.json"]
+    assert list(held) == want
+    assert list(held) == want  # iterated again: the same
