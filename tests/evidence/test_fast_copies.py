@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from runner.evaluator.core.inputs import project_root
 from runner.evaluator.evidence import journal as J
-from runner.evaluator.evidence.records import LifecycleTransition, ToolCallCount
+from runner.evaluator.evidence.records import AttemptStarted, LifecycleTransition, ToolCallCount
 from runner.evaluator.protocol.matrix import cell_id
 from runner.evaluator.protocol.witness import evaluate_witness, load_contracts
 from runner.evaluator.publish.results import _Artifacts
@@ -49,6 +49,14 @@ def _state(record: Any) -> tuple[Any, ...]:
     ],
 )
 def test_a_templated_record_is_the_models_own_copy(template: Any) -> None:
+    start = AttemptStarted(cell_id=CELLS[0], attempt=1, slot_id=CELLS[1], subject_id="s",
+                           subject_config_hash=CELLS[1], fault_id="f", kind="none")  # fmt: skip
+    for cell, slot in [(CELLS[1], CELLS[0]), (CELLS[1], CELLS[1]), (CELLS[0], CELLS[0])]:
+        want = _reference_copy(start, cell)
+        want.__pydantic_validator__.validate_assignment(want, "slot_id", slot)
+        assert _state(J._with_cell(start, cell, slot)) == _state(want)
+    with pytest.raises(ValueError):
+        J._with_cell(start, CELLS[0], "sha256:" + "g" * 64)
     for cell in [CELLS[1], CELLS[1], CELLS[0], CELLS[1]]:  # validated anew, then reused
         got = J._with_cell(template, cell)
         assert _state(got) == _state(_reference_copy(template, cell))

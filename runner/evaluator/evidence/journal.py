@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import pydantic_core
 from pydantic import BaseModel
@@ -33,6 +33,7 @@ from runner.evaluator.core.canonical import (
 from runner.evaluator.core.errors import EvidenceError
 
 from .records import RECORD_ADAPTER, QuarantinedTail, Record, parse_record
+from .templates import _CELL, _SLOT, _TEMPLATES, _cut, _remember, _with_cell
 
 JOURNALS = "journals"
 BLOBS = "blobs/sha256"
@@ -174,13 +175,16 @@ def _fast_line(line: bytes, seq: int, prev_member: bytes) -> tuple[str, Record, 
         return None
     r = line[j + len(mid) : len(line) - len(tail)]
     c = r.find(_CELL) + len(_CELL)  # where the cell id's digest starts (if it has one)
-    seen = _TEMPLATES.get(r[:c] + r[c + 71 :]) if c >= len(_CELL) else None
+    s = r.find(_SLOT, c + 71) if c >= len(_CELL) else -1  # and a slot id's, after it
+    s = s + len(_SLOT) if s >= 0 else -1
+    seen = _TEMPLATES.get(_cut(r, c, s)) if c >= len(_CELL) else None
     try:
-        if seen is not None and seen[0] == c:
-            # R is the template's R (ASCII, no \u escape) with another 71 bytes where its digest
-            # was, which the validator takes only as a digest: ASCII, no backslash, so no \u
-            # escape across either edge (the bytes before end in a quote).
-            record = _with_cell(seen[1], r[c : c + 71].decode())
+        if seen is not None and seen[0] == c and seen[1] == s:
+            # R is the template's R (ASCII, no \u escape) with other 71 bytes where its digests
+            # were, which the validator takes only as digests: ASCII, no backslash, so no \u
+            # escape across any edge (the bytes before each end in a quote).
+            slot = r[s : s + 71].decode() if s >= 0 else None
+            record = _with_cell(seen[2], r[c : c + 71].decode(), slot)
         elif not r.isascii() or b"\\u" in r:
             return None
         else:
@@ -190,7 +194,7 @@ def _fast_line(line: bytes, seq: int, prev_member: bytes) -> tuple[str, Record, 
             record = RECORD_ADAPTER.validate_python(body)
             if record.model_dump(mode="json") != body:
                 return None
-            _remember(r, c, record)
+            _remember(r, c, s, record)
     except (ValueError, RecursionError):
         return None
     h = hashlib.sha256(line[: j + 1])  # the leaf: `line_leaf`, from the members already cut
@@ -198,63 +202,6 @@ def _fast_line(line: bytes, seq: int, prev_member: bytes) -> tuple[str, Record, 
     h.update(r)
     h.update(b"}")
     return at_ns.decode(), record, h.digest()
-
-
-# Records equal but for their cell id. Most records of a run repeat another cell's but for the
-# cell id (lifecycle steps, receipts, counts, grades): such a record is its template's copy with
-# the cell id validated by the model's own validator (`validate_assignment`), which is what
-# validating it whole gives, since no record type validates one field against another (checked
-# here: no model or field validators; a type's own validators see only its value). Its line is
-# canonical as the template's is: the same bytes but for a digest of the same length, which has
-# no character to escape. `_fast_line` checks the line is a template's with another digest.
-_CELL = b'"cell_id":"'
-_TEMPLATES: dict[bytes, tuple[int, Any]] = {}  # line without the digest -> (where, record)
-TEMPLATES_HELD = 4096
-_VALIDATORS_PER_FIELD = not any(
-    d.model_validators or d.field_validators or d.validators or d.root_validators
-    for d in (m.__pydantic_decorators__ for m in get_args(get_args(Record)[0]))
-)
-
-
-def _remember(r: bytes, c: int, record: Record) -> None:
-    """Keep a validated record as a template when its line holds its cell id exactly once (and
-    the record has no extra or private state, which `_with_cell`'s copy leaves out)."""
-    if not _VALIDATORS_PER_FIELD or c < len(_CELL) or r.count(_CELL) != 1:
-        return
-    if getattr(record, "cell_id", None) != r[c : c + 71].decode():
-        return
-    if record.__pydantic_extra__ is not None or record.__pydantic_private__ is not None:
-        return
-    if len(_TEMPLATES) >= TEMPLATES_HELD:
-        _TEMPLATES.clear()
-    _TEMPLATES[r[:c] + r[c + 71 :]] = (c, record)
-
-
-# The last cell id the model's validator took, and what it made of it: the records of one
-# journal share their cell id, so it is validated once per journal, not once per record (a
-# field's validation depends on its value alone: see `_VALIDATORS_PER_FIELD`).
-_VALIDATED: list[str | None] = [None, None]
-_setattr = object.__setattr__
-
-
-def _with_cell(template: Any, cell: str) -> Record:
-    """`template.model_copy()` with `cell_id` validated and assigned (`validate_assignment`):
-    the same `__dict__` (same order), fields set, extra and private state (both None, see
-    `_remember`), built directly when `cell` is the id validated last."""
-    if cell != _VALIDATED[0]:
-        record = template.model_copy()
-        record.__pydantic_validator__.validate_assignment(record, "cell_id", cell)
-        _VALIDATED[0], _VALIDATED[1] = cell, record.cell_id
-        return record  # type: ignore[no-any-return]
-    cls: type[BaseModel] = type(template)
-    record = cls.__new__(cls)
-    values = template.__dict__.copy()
-    values["cell_id"] = _VALIDATED[1]
-    _setattr(record, "__dict__", values)
-    _setattr(record, "__pydantic_extra__", None)
-    _setattr(record, "__pydantic_fields_set__", set(template.__pydantic_fields_set__))
-    _setattr(record, "__pydantic_private__", None)
-    return record  # type: ignore[return-value]
 
 
 def _plain(value: dict[str, Any]) -> bool:
