@@ -176,29 +176,27 @@ def evaluate_subjects(
     yielded holds its terminal lines, so a caller that writes each out and drops it holds one."""
     ids = rp.identities
     run_reasons: list[str] = []
+    problems = consistency_problems(rp)
+    if regrading:
+        problems = [p for p in problems if not p.startswith("policy_hash")]
+    if problems:
+        run_reasons.append(R.PROTOCOL_INCONSISTENT)
     # A draft never mints a scorecard: the policy has no setting that could allow it.
     frozen = rp.freeze_record is not None and rp.freeze_record.protocol_hash == ids.protocol_hash
+    if not frozen:
+        run_reasons.append(R.PROTOCOL_DRAFT)
+    if current_evaluator_digest != ids.evaluator_digest and not regrading:
+        run_reasons.append(R.EVALUATOR_MISMATCH)
+    slot_counts = Counter(s.slot_id for s in rp.slots)
+    if any(n > 1 for n in slot_counts.values()):
+        run_reasons.append(R.DUPLICATE_CELL)
+    del slot_counts
+    env_proof, env_hash, env_reasons, _ = environment_check
+    run_reasons += env_reasons
 
-    def check_run() -> None:
-        problems = consistency_problems(rp)
-        if regrading:
-            problems = [p for p in problems if not p.startswith("policy_hash")]
-        if problems:
-            run_reasons.append(R.PROTOCOL_INCONSISTENT)
-        if not frozen:
-            run_reasons.append(R.PROTOCOL_DRAFT)
-        if current_evaluator_digest != ids.evaluator_digest and not regrading:
-            run_reasons.append(R.EVALUATOR_MISMATCH)
-        slot_counts = Counter(s.slot_id for s in rp.slots)
-        if any(n > 1 for n in slot_counts.values()):
-            run_reasons.append(R.DUPLICATE_CELL)
-        run_reasons.extend(environment_check.reasons)
-
-    env_proof, env_hash = environment_check.proof_hash, environment_check.execution_environment_hash
     # Streams the evidence one cell at a time; its root and any unregistered cell are known
     # only at the end, so the terminal records wait in a spill file (see verdict/terminals.py).
-    # The run's own checks are made meanwhile (while worker processes read the journals).
-    with TerminalSpill.derive(rp, evidence, RegisteredIndex(rp), meanwhile=check_run) as spill:
+    with TerminalSpill.derive(rp, evidence, RegisteredIndex(rp)) as spill:
         if spill.unregistered:
             run_reasons.append(R.UNREGISTERED_CELL)
         for subject_id, shash in sorted(ids.subject_config_hashes.items()):

@@ -25,7 +25,7 @@ import pickle
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import IO, Any
@@ -105,23 +105,17 @@ class TerminalSpill:
 
     @classmethod
     def derive(
-        cls,
-        rp: RunProtocol,
-        evidence: LoadedEvidence,
-        registered: Registered | RegisteredIndex,
-        meanwhile: Callable[[], None] = lambda: None,
+        cls, rp: RunProtocol, evidence: LoadedEvidence, registered: Registered | RegisteredIndex
     ) -> TerminalSpill:
         """Consumes `registered` (`registered_cells` or a `RegisteredIndex`) and the evidence's
-        cell stream; a run directory's journals are read by `WORKERS` processes. `meanwhile` is
-        called once before the stream is consumed (while the workers read, when they do)."""
+        cell stream; a run directory's journals are read by `WORKERS` processes."""
         spill = cls()
         try:
             if isinstance(registered, RegisteredIndex):
                 if isinstance(evidence, StreamedEvidence) and evidence.parallel(PARALLEL_FROM):
-                    spill._derive_parallel(rp, evidence, registered, meanwhile)
+                    spill._derive_parallel(rp, evidence, registered)
                     return spill
                 registered = registered.cells()
-            meanwhile()
             cells = ((c, s, _facts(slot)) for c, s, slot in registered)
             joined = _join(cells, evidence.cell_groups(), spill)
             _derive(_Policy(rp), joined, spill._file)
@@ -131,11 +125,7 @@ class TerminalSpill:
         return spill
 
     def _derive_parallel(
-        self,
-        rp: RunProtocol,
-        evidence: StreamedEvidence,
-        index: RegisteredIndex,
-        meanwhile: Callable[[], None],
+        self, rp: RunProtocol, evidence: StreamedEvidence, index: RegisteredIndex
     ) -> None:
         """Each worker gets, as files and bytes, its range's registered cells (cell id, subject,
         slot id, the index of its slot's (stratum, kind, parameters)) and journal names, and
@@ -168,9 +158,7 @@ class TerminalSpill:
             # (a worker that dies, e.g. killed for memory, breaks the pool: an error, not a hang)
             context = multiprocessing.get_context("fork")
             with ProcessPoolExecutor(WORKERS, mp_context=context) as pool:
-                running = pool.map(_worker, range(WORKERS))  # submitted: they run now
-                meanwhile()
-                outs = list(running)
+                outs = list(pool.map(_worker, range(WORKERS)))
         finally:
             _WORK = None
         for out in outs:  # in range order: the first error in journal order is raised
