@@ -82,6 +82,20 @@ class EvidenceRoot:
         if self._held >= self._spill_bytes:
             self._spill()
 
+    def add_digests(self, digests: Iterable[bytes]) -> None:
+        """`add_digest` of each (one call for a journal's leaves)."""
+        buckets = self._buckets
+        n = 0
+        for raw in digests:
+            if len(raw) != 32:
+                raise ValueError("a leaf digest is 32 bytes")
+            buckets[raw[0]] += raw
+            n += 1
+        self.count += n
+        self._held += 32 * n
+        if self._held >= self._spill_bytes:
+            self._spill()
+
     def _spill(self) -> None:
         if self._file is None and self._spill_path is not None:
             self._file = open(self._spill_path, "w+b")  # noqa: SIM115 (closed by value or export)
@@ -151,12 +165,11 @@ class EvidenceRoot:
             for part in parts:
                 self._emit(h, bytes(part), depth + 1)
             return
-        packed = b"".join(sorted([data[i : i + 32] for i in range(0, len(data), 32)])).hex()
-        h.update(
-            "".join(
-                ["sha256:" + packed[i : i + 64] + "\n" for i in range(0, len(packed), 64)]
-            ).encode()
-        )
+        packed = b"".join(sorted([data[i : i + 32] for i in range(0, len(data), 32)]))
+        # one line `sha256:<hex>\n` per leaf: the hex of each 32 bytes, newline-separated, with
+        # the prefix put after every newline (no other newline in hex) and before the first
+        lines = packed.hex("\n", 32).replace("\n", "\nsha256:")
+        h.update(b"sha256:" + lines.encode() + b"\n")
 
 
 def leaf(at_ns: str, record: dict[str, Any]) -> str:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import pydantic_core
 from pydantic import BaseModel
@@ -33,6 +33,7 @@ from runner.evaluator.core.canonical import (
 from runner.evaluator.core.errors import EvidenceError
 
 from .records import RECORD_ADAPTER, QuarantinedTail, Record, parse_record
+from .templates import _CELL, _SLOT, _TEMPLATES, _cut, _remember, _with_cell
 
 JOURNALS = "journals"
 BLOBS = "blobs/sha256"
@@ -111,7 +112,7 @@ def read_journal(path: Path) -> Iterator[Entry]:
 Verified = tuple[int, str | None, str, Record, str, bytes]  # seq, prev, at_ns, record, digest, leaf
 
 
-def read_verified(path: Path) -> Iterator[Verified]:
+def read_verified(path: Path | str) -> Iterator[Verified]:
     """`read_journal`'s entries as tuples, each leaf as its 32 raw digest bytes: the evaluator's
     hot path (about 12 M lines at a million cells), with the same checks and the same errors.
 
@@ -120,7 +121,9 @@ def read_verified(path: Path) -> Iterator[Verified]:
     reference path, which accepts it or raises the precise error.
     """
     prev: str | None = None
-    data = path.read_bytes()
+    prev_member = b"null"  # `prev` as the JSON member the next line must hold
+    with open(path, "rb") as fh:  # a str path too: no Path object per journal on the hot path
+        data = fh.read()
     lines = data.split(b"\n")
     torn = lines.pop()  # after the last newline: empty unless the last record is torn
     if torn:
@@ -128,14 +131,15 @@ def read_verified(path: Path) -> Iterator[Verified]:
     for n, line in enumerate(lines, start=1):
         if torn and n == len(lines):
             raise EvidenceError(f"{path}: line {n}: torn record (no newline; crashed mid-write?)")
-        prev_member = b"null" if prev is None else b'"' + prev.encode() + b'"'
         fast = _fast_line(line, n, prev_member)
         if fast is not None:
             at_ns, record, leaf = fast
             p = prev
         else:
             p, at_ns, record, leaf = _checked_line(line, n, prev, f"{path}: line {n}")
-        prev = sha256_digest(line)
+        hexed = hashlib.sha256(line).hexdigest()
+        prev = "sha256:" + hexed
+        prev_member = b'"sha256:' + hexed.encode() + b'"'
         yield n, p, at_ns, record, prev, leaf
 
 
@@ -170,13 +174,19 @@ def _fast_line(line: bytes, seq: int, prev_member: bytes) -> tuple[str, Record, 
     if not line.endswith(tail):
         return None
     r = line[j + len(mid) : len(line) - len(tail)]
-    if not r.isascii() or b"\\u" in r:
-        return None
     c = r.find(_CELL) + len(_CELL)  # where the cell id's digest starts (if it has one)
-    seen = _TEMPLATES.get(r[:c] + r[c + 71 :]) if c >= len(_CELL) else None
+    s = r.find(_SLOT, c + 71) if c >= len(_CELL) else -1  # and a slot id's, after it
+    s = s + len(_SLOT) if s >= 0 else -1
+    seen = _TEMPLATES.get(_cut(r, c, s)) if c >= len(_CELL) else None
     try:
-        if seen is not None and seen[0] == c:
-            record = _with_cell(seen[1], r[c : c + 71].decode())
+        if seen is not None and seen[0] == c and seen[1] == s:
+            # R is the template's R (ASCII, no \u escape) with other 71 bytes where its digests
+            # were, which the validator takes only as digests: ASCII, no backslash, so no \u
+            # escape across any edge (the bytes before each end in a quote).
+            slot = r[s : s + 71].decode() if s >= 0 else None
+            record = _with_cell(seen[2], r[c : c + 71].decode(), slot)
+        elif not r.isascii() or b"\\u" in r:
+            return None
         else:
             body = pydantic_core.from_json(r)
             if type(body) is not dict or pydantic_core.to_json(body) != r or not _plain(body):
@@ -184,7 +194,7 @@ def _fast_line(line: bytes, seq: int, prev_member: bytes) -> tuple[str, Record, 
             record = RECORD_ADAPTER.validate_python(body)
             if record.model_dump(mode="json") != body:
                 return None
-            _remember(r, c, record)
+            _remember(r, c, s, record)
     except (ValueError, RecursionError):
         return None
     h = hashlib.sha256(line[: j + 1])  # the leaf: `line_leaf`, from the members already cut
@@ -192,39 +202,6 @@ def _fast_line(line: bytes, seq: int, prev_member: bytes) -> tuple[str, Record, 
     h.update(r)
     h.update(b"}")
     return at_ns.decode(), record, h.digest()
-
-
-# Records equal but for their cell id. Most records of a run repeat another cell's but for the
-# cell id (lifecycle steps, receipts, counts, grades): such a record is its template's copy with
-# the cell id validated by the model's own validator (`validate_assignment`), which is what
-# validating it whole gives, since no record type validates one field against another (checked
-# here: no model or field validators; a type's own validators see only its value). Its line is
-# canonical as the template's is: the same bytes but for a digest of the same length, which has
-# no character to escape. `_fast_line` checks the line is a template's with another digest.
-_CELL = b'"cell_id":"'
-_TEMPLATES: dict[bytes, tuple[int, Any]] = {}  # line without the digest -> (where, record)
-TEMPLATES_HELD = 4096
-_VALIDATORS_PER_FIELD = not any(
-    d.model_validators or d.field_validators or d.validators or d.root_validators
-    for d in (m.__pydantic_decorators__ for m in get_args(get_args(Record)[0]))
-)
-
-
-def _remember(r: bytes, c: int, record: Record) -> None:
-    """Keep a validated record as a template when its line holds its cell id exactly once."""
-    if not _VALIDATORS_PER_FIELD or c < len(_CELL) or r.count(_CELL) != 1:
-        return
-    if getattr(record, "cell_id", None) != r[c : c + 71].decode():
-        return
-    if len(_TEMPLATES) >= TEMPLATES_HELD:
-        _TEMPLATES.clear()
-    _TEMPLATES[r[:c] + r[c + 71 :]] = (c, record)
-
-
-def _with_cell(template: Any, cell: str) -> Record:
-    record = template.model_copy()
-    record.__pydantic_validator__.validate_assignment(record, "cell_id", cell)
-    return record  # type: ignore[no-any-return]
 
 
 def _plain(value: dict[str, Any]) -> bool:

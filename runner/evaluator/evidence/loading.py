@@ -78,19 +78,20 @@ class LoadedEvidence:
         return _groups((n, sorted(by_journal[n], key=lambda e: e[1])) for n in names)
 
     @classmethod
-    def from_store(cls, store: EvidenceStore) -> LoadedEvidence:
-        return StreamedEvidence(store)
+    def from_store(cls, store: EvidenceStore, names: list[str] | None = None) -> LoadedEvidence:
+        """`names`: the store's `journal_names()`, when the caller has listed them already."""
+        return StreamedEvidence(store, names)
 
 
 class StreamedEvidence(LoadedEvidence):
     """A run directory's evidence: run-level journals read now, attempt journals streamed."""
 
-    def __init__(self, store: EvidenceStore) -> None:
+    def __init__(self, store: EvidenceStore, names: list[str] | None = None) -> None:
         self._leaves: EvidenceRoot | None = EvidenceRoot()
         self._dir = store.run_dir / JOURNALS
         self._attempts: list[str] = []  # attempt journals' stems, in name order
         env: list[EnvironmentRecorded] = []
-        for name in store.journal_names():
+        for name in store.journal_names() if names is None else names:
             stem = name[: -len(".jsonl")]
             if ATTEMPT_JOURNAL.fullmatch(stem):
                 self._attempts.append(stem)
@@ -118,8 +119,9 @@ class StreamedEvidence(LoadedEvidence):
     def _journals(
         self, leaves: EvidenceRoot, stems: Iterable[str]
     ) -> Iterator[tuple[str, list[Positioned]]]:
+        where = f"{self._dir}/"  # str(self._dir / name), without a Path per journal
         for stem in stems:
-            yield stem, attempt_records(self._dir / f"{stem}.jsonl", leaves)
+            yield stem, _attempt_records(f"{where}{stem}.jsonl", stem, leaves)
 
     # Reading in parallel (verdict/terminals.py): each process streams one range of cell ids
     # (`range_groups`, with its own leaves), the parent completes the root from their exports.
@@ -151,19 +153,23 @@ class StreamedEvidence(LoadedEvidence):
 def attempt_records(path: Path, leaves: EvidenceRoot) -> list[Positioned]:
     """One attempt journal's verified records, each checked in place (`check_placement`, the
     journal's name parsed once), their leaves added to `leaves`."""
-    name = path.stem
+    return _attempt_records(path, path.stem, leaves)
+
+
+def _attempt_records(path: Path | str, name: str, leaves: EvidenceRoot) -> list[Positioned]:
     m = ATTEMPT_JOURNAL.fullmatch(name)
     if m is None:
         raise ValueError(f"not an attempt journal: {name}")
     prefix, attempt = m[1], int(m[2])
-    add = leaves.add_digest
     records: list[Positioned] = []
+    digests: list[bytes] = []
     for seq, _, _, record, _, leaf in read_verified(path):
         cell = getattr(record, "cell_id", None)
         if cell is None or cell[7:23] != prefix or record.attempt != attempt:  # type: ignore[union-attr]
             check_placement(name, record)  # the precise error, or a quarantined tail
-        add(leaf)
+        digests.append(leaf)
         records.append((name, seq, record))
+    leaves.add_digests(digests)  # once the journal is read whole: an error adds none of them
     return records
 
 

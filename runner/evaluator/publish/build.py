@@ -8,7 +8,7 @@ lines are the ones the proof commits to.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from runner.evaluator.core.types import Status
@@ -65,7 +65,7 @@ def _attempt_entry(a: dict[str, Any]) -> dict[str, Any]:
 
 
 def incomplete_report(
-    ev: SubjectEvaluation, artifacts: list[str]
+    ev: SubjectEvaluation, artifacts: Iterable[str]
 ) -> tuple[IncompleteEvidenceReport, bytes]:
     """The report and its cell-history rows (CELL_HISTORY_FILE's bytes), in one pass."""
     p = ev.proof

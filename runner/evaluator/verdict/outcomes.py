@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic_core import to_json
+
 from runner.evaluator.core.types import Frozen, Status
 from runner.evaluator.evidence.loading import Positioned
 from runner.evaluator.evidence.records import (
@@ -27,7 +29,7 @@ from runner.evaluator.evidence.records import (
 )
 from runner.evaluator.protocol.faultkinds import NO_FAULT, FaultKind
 from runner.evaluator.protocol.spec import AttemptPolicy
-from runner.evaluator.protocol.witness import WitnessContract, evaluate_witness
+from runner.evaluator.protocol.witness import WitnessContract, WitnessVerdict, evaluate_witness
 
 from . import reasons as R
 
@@ -95,7 +97,9 @@ def group_attempts(entries: Iterable[Positioned]) -> dict[str, dict[int, _Attemp
         if cell is None:
             continue
         a = cells[cell][rec.attempt]  # type: ignore[union-attr]
-        if isinstance(rec, AttemptStarted):
+        if type(rec) is LifecycleTransition:  # the most frequent record, no other's subclass
+            a.lifecycle.append((journal, seq, rec.state))
+        elif isinstance(rec, AttemptStarted):
             a.started.append(rec)
         elif isinstance(rec, AttemptEnded):
             a.ended.append(rec)
@@ -147,11 +151,63 @@ def _witness(
             reasons.append(R.qualified(R.CONTRADICTORY_OBSERVATION, o.name))
         by_name[o.name] = o.observation
     component = receipt.component if receipt is not None else ""
-    verdict = evaluate_witness(contract, by_name, params, actuator_component=component)
+    verdict = _judged(contract, by_name, params, component)
     reasons += [R.qualified(R.WITNESS, v) for v in verdict.violations]
     reasons += _lifecycle(a, reached=True)
     reasons += _observation_order(a, {o.name: o.phase for o in contract.observations})
     return sorted(set(reasons))
+
+
+# evaluate_witness's verdicts by (contract, the JSON of its inputs): most cells of a run repeat
+# another's observations. Each entry holds its contract, so the contract's id stays its own.
+_JUDGED: dict[tuple[int, bytes, bytes, str], tuple[WitnessContract, WitnessVerdict]] = {}
+JUDGED_HELD = 4096
+
+
+def _judged(
+    contract: WitnessContract, by_name: dict[str, Any], params: dict[str, Any], component: str
+) -> WitnessVerdict:
+    """`evaluate_witness(contract, by_name, params, actuator_component=component)`, memoized
+    when its inputs are plain JSON values (exact types str, int, float but NaN, bool, None,
+    list, dict with str keys): on those its verdict is a function of their JSON, which
+    `to_json` writes apart (1 vs 1.0 vs true, key order kept: a reordered dict only misses)."""
+    try:
+        if not (_native(by_name) and _native(params)):
+            raise ValueError("not plain JSON values")
+        key = (id(contract), to_json(by_name, inf_nan_mode="constants"),
+               to_json(params, inf_nan_mode="constants"), component)  # fmt: skip
+    except (ValueError, RecursionError):  # e.g. a lone surrogate: judged without the memo
+        return evaluate_witness(contract, by_name, params, actuator_component=component)
+    hit = _JUDGED.get(key)
+    if hit is not None and hit[0] is contract:
+        return hit[1]
+    verdict = evaluate_witness(contract, by_name, params, actuator_component=component)
+    if len(_JUDGED) >= JUDGED_HELD:
+        _JUDGED.clear()
+    _JUDGED[key] = (contract, verdict)
+    return verdict
+
+
+_SCALARS = (str, int, bool, type(None))
+
+
+def _native(value: Any) -> bool:
+    t = type(value)
+    if t is dict:
+        for k, v in value.items():  # a loop, not all(): observations are mostly flat dicts
+            if type(k) is not str:
+                return False
+            tv = type(v)
+            if not (tv is str or tv is int or tv is bool or v is None or _native(v)):
+                return False
+        return True
+    if t in _SCALARS:
+        return True
+    if t is float:
+        return bool(value == value)  # not NaN (unequal to itself, so no function of its JSON)
+    if t is list:
+        return all(_native(v) for v in value)
+    return False
 
 
 def _observation_order(a: _Attempt, phase_of: dict[str, str]) -> list[str]:

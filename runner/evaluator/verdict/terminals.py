@@ -17,10 +17,12 @@ journal order is the one raised, as when read in one process.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import multiprocessing
 import os
 import pickle
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -54,7 +56,7 @@ class RegisteredIndex:
         buckets = [bytearray() for _ in range(256)]
         for si, (_, shash) in enumerate(self.subjects):
             for k, slot in enumerate(rp.slots):
-                raw = bytes.fromhex(cell_id(slot.slot_id, shash)[7:])
+                raw = cell_digest(slot.slot_id, shash)
                 buckets[raw[0]] += raw + (si * n + k).to_bytes(INDEX_BYTES, "big")
         self.buckets = [bytes(b) for b in buckets]
 
@@ -71,6 +73,20 @@ class RegisteredIndex:
                     continue  # registered again later: the later registration stands
                 si, k = divmod(int.from_bytes(row[32:], "big"), n)
                 yield "sha256:" + row[:32].hex(), self.subjects[si][0], self.rp.slots[k]
+
+
+# printable ASCII but `"` and `\`: what RFC 8785 writes inside a string as it is
+_VERBATIM = re.compile(r"[\x20\x21\x23-\x5b\x5d-\x7e]*").fullmatch
+
+
+def cell_digest(slot_id: str, subject_hash: str) -> bytes:
+    """The 32 digest bytes of `matrix.cell_id(slot_id, subject_hash)`. When both strings are
+    written verbatim (a digest is), its canonical document is `{"slot":"<id>","subject":"<hash>"}`
+    (members in key order): hashed as such, not encoded; any other string takes `cell_id`."""
+    if _VERBATIM(slot_id) and _VERBATIM(subject_hash):
+        doc = b'{"slot":"%s","subject":"%s"}' % (slot_id.encode(), subject_hash.encode())
+        return hashlib.sha256(doc).digest()
+    return bytes.fromhex(cell_id(slot_id, subject_hash)[7:])
 
 
 def registered_cells(rp: RunProtocol) -> Registered:
