@@ -14,7 +14,7 @@ the single writer of evidence); `--shard i/N` keeps the cells of one hash shard
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -295,5 +295,21 @@ def rerun(
     for subject in sorted(old):
         a = projection(old[subject].terminal_records)
         b = projection(new[subject].terminal_records)
-        differing += [f"{subject}: {x!r}" for x, y in zip(a, b, strict=True) if x != y]
+        differing += [f"{subject}: {d}" for d in differing_cells(a, b)]
     return RerunOutcome(differing=differing, run_dir=run_dir)
+
+
+def differing_cells(published: Sequence[bytes], again: Sequence[bytes]) -> list[str]:
+    """The cells whose projection lines differ, matched by cell id (the lines are sorted by
+    content, so one changed cell moves every line after it: never compare them by position)."""
+    from runner.evaluator.core.canonical import parse_json
+
+    def by_cell(lines: Sequence[bytes]) -> dict[str, bytes]:
+        return {str(parse_json(line)["cell_id"]): line for line in lines}
+
+    a, b = by_cell(published), by_cell(again)
+    out = []
+    for cell in sorted(a.keys() | b.keys()):
+        if a.get(cell) != b.get(cell):
+            out.append(f"{cell}: published {a.get(cell)!r}, again {b.get(cell)!r}")
+    return out
