@@ -51,6 +51,31 @@ def fault_blocks(*ids: str) -> str:
     return "".join(chosen)
 
 
+MCP_AGENT = "tests/subjects/mcp-agent"  # a minimal MCP agent in its own uv environment
+
+
+def mcp_agent_block(*flags: str, tail: str = "") -> str:
+    """A `[[subjects]]` block of the MCP test agent (`command:`, mcp = true) run with `flags`;
+    `tail` adds further config tables (a model, limits)."""
+    from runner.evaluator.protocol.subjects import tree_digest
+
+    argv = ", ".join(f'"{a}"' for a in ("{env}/venv/bin/python", "{project}/agent.py", *flags))
+    return f"""
+[[subjects]]
+id = "mcp-agent"
+agent = "command:mcp-agent"
+
+[subjects.config]
+argv = [{argv}]
+mcp = true
+
+[subjects.config.environment]
+kind = "uv"
+project = "{MCP_AGENT}"
+digest = "{tree_digest(ROOT / MCP_AGENT)}"
+{tail}"""
+
+
 def make_spec(tmp: Path, subjects: str, faults: str = "", task: str = TASK) -> Path:
     """A draft spec in `tmp`: one task, the given subject and fault TOML blocks."""
     text = AGENTS.read_text()

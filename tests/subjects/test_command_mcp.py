@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from runner.evaluator.protocol.subjects import tree_digest
 from tests.subjects.agents import (
-    ROOT,
     attempts,
     fault_blocks,
     ledger_items,
     make_spec,
+    mcp_agent_block,
     records,
     run_draft,
     terminal_records,
@@ -22,24 +21,9 @@ from tests.subjects.agents import (
 
 pytestmark = pytest.mark.runtime
 
-PROJECT = "tests/subjects/mcp-agent"
-
 
 def test_an_mcp_command_subject_runs(tmp_path: Path) -> None:
-    block = f"""
-[[subjects]]
-id = "mcp-agent"
-agent = "command:mcp-agent"
-
-[subjects.config]
-argv = ["{{env}}/venv/bin/python", "{{project}}/agent.py"]
-mcp = true
-
-[subjects.config.environment]
-kind = "uv"
-project = "{PROJECT}"
-digest = "{tree_digest(ROOT / PROJECT)}"
-"""
+    block = mcp_agent_block()
     spec = make_spec(tmp_path, block)
     proc, run_dir = run_draft(spec, tmp_path / "out")
     assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -64,23 +48,9 @@ def test_a_partition_cuts_an_mcp_subject_off_its_endpoint_and_is_witnessed(
     that path while the submit is held there: the held call is closed without an answer, the
     agent's next connect is dropped (the counter moves), the release lets its retry through,
     and the submit (never forwarded before the cut) lands once."""
-    block = f"""
-[[subjects]]
-id = "mcp-agent"
-agent = "command:mcp-agent"
-
-[subjects.config]
-argv = ["{{env}}/venv/bin/python", "{{project}}/agent.py", "--retry-submit"]
-mcp = true
-
-[subjects.config.environment]
-kind = "uv"
-project = "{PROJECT}"
-digest = "{tree_digest(ROOT / PROJECT)}"
-
-[subjects.config.limits]
-timeout_s = 180.0
-"""
+    block = mcp_agent_block(
+        "--retry-submit", tail="\n[subjects.config.limits]\ntimeout_s = 180.0\n"
+    )
     spec = make_spec(tmp_path, block, PARTITION)
     proc, run_dir = run_draft(spec, tmp_path / "out")
     assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -20,19 +20,17 @@ from runner.evaluator.protocol.cassette import load_cassette
 from runner.evaluator.protocol.subjects import tree_digest
 from tests.model_proxy.conftest import KEY_ENV, UPSTREAM_KEY, FakeUpstream, serve_upstream
 from tests.subjects.agents import (
-    ROOT,
     TASK,
     attempts,
     bench,
     blob,
     ledger_items,
     make_spec,
+    mcp_agent_block,
     run_draft,
 )
 
 pytestmark = pytest.mark.runtime
-
-PROJECT = "tests/subjects/mcp-agent"
 
 
 @pytest.fixture
@@ -42,23 +40,7 @@ def upstream() -> Iterator[FakeUpstream]:
 
 
 def _block(model: str) -> str:
-    return f"""
-[[subjects]]
-id = "model-agent"
-agent = "command:model-agent"
-
-[subjects.config]
-argv = ["{{env}}/venv/bin/python", "{{project}}/agent.py", "--model-call"]
-mcp = true
-
-[subjects.config.environment]
-kind = "uv"
-project = "{PROJECT}"
-digest = "{tree_digest(ROOT / PROJECT)}"
-
-[subjects.config.model]
-{model}
-"""
+    return mcp_agent_block("--model-call", tail=f"\n[subjects.config.model]\n{model}")
 
 
 def _ended(run_dir: Path) -> dict:
