@@ -123,6 +123,16 @@ def attempts(run_dir: Path) -> list[list[dict[str, Any]]]:
     ]
 
 
+def attempts_by_fault(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """Each attempt's records by its fault id, for a run of one subject (one attempt a cell)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for rs in attempts(run_dir):
+        (started,) = [r for r in rs if r["type"] == "attempt_started"]
+        assert started["fault_id"] not in out  # one attempt per cell
+        out[started["fault_id"]] = rs
+    return out
+
+
 def records(run_dir: Path) -> list[dict[str, Any]]:
     """Every attempt journal's records, as JSON (attempt journals only)."""
     out = []

@@ -27,7 +27,7 @@ from runner.evaluator.protocol.subjects import tree_digest
 from tests.subjects.agents import (
     ROOT,
     TASK,
-    attempts,
+    attempts_by_fault,
     blob,
     fault_blocks,
     make_spec,
@@ -136,15 +136,6 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_dir
 
 
-def _by_fault(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
-    for rs in attempts(run_dir):
-        (started,) = [r for r in rs if r["type"] == "attempt_started"]
-        assert started["fault_id"] not in out  # one attempt per cell
-        out[started["fault_id"]] = rs
-    return out
-
-
 def _one(rs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     (r,) = [r for r in rs if r["type"] == kind]
     return r
@@ -190,7 +181,7 @@ EXPECTED: dict[str, tuple[dict[str, int], list[tuple[int, bool]], int, bool]] = 
 
 
 def test_every_fault_is_witnessed(run: Path) -> None:
-    by_fault = _by_fault(run)
+    by_fault = attempts_by_fault(run)
     assert set(by_fault) == set(EXPECTED)
     for fault, rs in by_fault.items():
         states = [r["state"] for r in rs if r["type"] == "lifecycle"]
@@ -205,7 +196,7 @@ def test_every_fault_is_witnessed(run: Path) -> None:
 @pytest.mark.parametrize("fault", sorted(EXPECTED))
 def test_what_claude_code_did(run: Path, fault: str) -> None:
     calls, launches, effects, completed = EXPECTED[fault]
-    rs = _by_fault(run)[fault]
+    rs = attempts_by_fault(run)[fault]
     assert _one(rs, "tool_calls")["by_tool"] == calls
     exits = [r for r in rs if r["type"] == "subject_exit"]
     assert [(e["restart_index"], e["signaled"]) for e in exits] == launches

@@ -19,6 +19,7 @@ from tests.subjects.agents import (
     ROOT,
     TASK,
     attempts,
+    attempts_by_fault,
     bench,
     blob,
     fault_blocks,
@@ -42,15 +43,6 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_dir
 
 
-def _by_fault(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
-    for rs in attempts(run_dir):
-        (started,) = [r for r in rs if r["type"] == "attempt_started"]
-        assert started["fault_id"] not in out  # one attempt per cell
-        out[started["fault_id"]] = rs
-    return out
-
-
 def _ledger(rs: list[dict[str, Any]], run_dir: Path) -> list[str]:
     (end,) = [r for r in rs if r["type"] == "attempt_ended"]
     lines = blob(run_dir, end["ledger"]).decode().splitlines()
@@ -61,7 +53,7 @@ def test_every_cell_completes_and_every_fault_is_witnessed(run: Path) -> None:
     (cells,) = terminal_records(run).values()
     status = {t.kind + ":" + str(t.committed_effects): t.status.value for t in cells}
     assert all(s == "COMPLETED" for s in status.values()), status
-    by_fault = _by_fault(run)
+    by_fault = attempts_by_fault(run)
     assert set(by_fault) == {
         "none", "lost-model-response", "lost-submit-response", "sigkill-after-submit-effect"
     }  # fmt: skip
@@ -74,7 +66,7 @@ def test_every_cell_completes_and_every_fault_is_witnessed(run: Path) -> None:
 
 
 def test_baseline_uses_the_model_proxy_the_sandbox_and_the_submit(run: Path) -> None:
-    rs = _by_fault(run)["none"]
+    rs = attempts_by_fault(run)["none"]
     (calls,) = [r for r in rs if r["type"] == "tool_calls"]
     # the cassette's five turns: look, copy+read, fix, test, submit
     assert calls["by_tool"] == {"model": 5, "exec": 5, "submit_patch": 1}
@@ -84,7 +76,7 @@ def test_baseline_uses_the_model_proxy_the_sandbox_and_the_submit(run: Path) -> 
 
 
 def test_a_lost_model_response_is_retried_without_a_duplicate(run: Path) -> None:
-    rs = _by_fault(run)["lost-model-response"]
+    rs = attempts_by_fault(run)["lost-model-response"]
     (calls,) = [r for r in rs if r["type"] == "tool_calls"]
     assert calls["by_tool"]["model"] == 6  # the lost answer was asked for again
     assert len(_ledger(rs, run)) == 1
@@ -93,14 +85,14 @@ def test_a_lost_model_response_is_retried_without_a_duplicate(run: Path) -> None
 def test_a_lost_submit_response_makes_mini_swe_agent_submit_again(run: Path) -> None:
     # Told that the submit failed, the (scripted) model submits again: mini-swe-agent has no
     # idempotency key and does not ask the destination first, so the effect lands twice.
-    rs = _by_fault(run)["lost-submit-response"]
+    rs = attempts_by_fault(run)["lost-submit-response"]
     assert len(_ledger(rs, run)) == 2
     (grade,) = [r for r in rs if r["type"] == "grader_result"]
     assert grade["committed_effects"] == 2 and grade["intended_effects"] == 1
 
 
 def test_sigkill_after_the_submit_effect_starts_over_and_duplicates(run: Path) -> None:
-    rs = _by_fault(run)["sigkill-after-submit-effect"]
+    rs = attempts_by_fault(run)["sigkill-after-submit-effect"]
     exits = [r for r in rs if r["type"] == "subject_exit"]
     assert [(e["restart_index"], e["signaled"]) for e in exits] == [(0, True), (1, False)]
     (calls,) = [r for r in rs if r["type"] == "tool_calls"]
