@@ -23,7 +23,7 @@ from runner.runtime.faults.base import FaultPlugin
 from runner.runtime.faults.lost_response import LostResponseFault
 from runner.runtime.faults.sigkill import SigkillFault
 from runner.runtime.host import naming
-from runner.runtime.host.procs import ExitStatus, ProcessIdentity, Reaper, Subject, SubjectLauncher
+from runner.runtime.host.procs import ExitStatus, Reaper, Subject, SubjectLauncher
 from runner.runtime.interposers.destination import DestinationService
 from tests.mcp.helpers import SCOPE, Rig, call, judged_attempt, run
 from tests.runtime_interposers.conftest import LocalSandbox, effect, request
@@ -143,10 +143,6 @@ class _Registry:
     def current(self) -> Subject | None:
         return self.subject
 
-    def launched(self, pid: int) -> ProcessIdentity | None:
-        s = self.subject
-        return s.identity if s is not None and s.pid == pid else None
-
     def expect_relaunch(self) -> None:
         pass
 
@@ -167,7 +163,7 @@ def test_sigkill_mid_mcp_call(
         registry = _Registry(SubjectLauncher(naming.new_run_id(), reaper), run_dir / "subject")
 
         def plugin(rig: Rig) -> FaultPlugin:
-            p = SigkillFault(registry, reaper, rig.interposer, rig.proxy)
+            p = SigkillFault(registry, rig.interposer, rig.proxy)
             return p.noop() if actuator == "noop" else p
 
         def subject(rig: Rig) -> tuple[ExitStatus, str]:

@@ -35,7 +35,7 @@ from runner.runtime.attempt.triggers import TriggerEngine
 from runner.runtime.faults.base import FaultPlugin
 from runner.runtime.faults.lost_response import LostResponseFault
 from runner.runtime.faults.sigkill import SigkillFault
-from runner.runtime.host.procs import ProcessIdentity, Reaper, Subject, SubjectLauncher
+from runner.runtime.host.procs import Reaper, Subject, SubjectLauncher
 from runner.runtime.interposers.destination import DestinationService
 from runner.runtime.interposers.modelproxy import ModelProxy
 from runner.runtime.interposers.proxy import EgressProxy
@@ -177,9 +177,6 @@ class _Registry:
     def current(self) -> Subject | None:
         return self.subjects[-1] if self.subjects else None
 
-    def launched(self, pid: int) -> ProcessIdentity | None:
-        return next((s.identity for s in self.subjects if s.pid == pid), None)
-
     def expect_relaunch(self) -> None:
         self.expected = True
 
@@ -195,7 +192,7 @@ def test_sigkill_mid_model_call_is_witnessed_under_the_same_contract(
     engine = TriggerEngine(journal, cell_id=CELL, attempt=1)
     with Reaper() as reaper, ModelProxy("scripted", cassette=SCRIPT, sink=engine) as proxy:
         registry = _Registry(SubjectLauncher("a1b2c3", reaper))
-        plugin = SigkillFault(registry, reaper, None, proxy.front)  # type: ignore[arg-type]
+        plugin = SigkillFault(registry, None, proxy.front)  # type: ignore[arg-type]
         engine.schedule(
             "kill-model-2",
             SIGKILL_MID_TOOL_CALL,

@@ -13,7 +13,6 @@ from runner.runtime.host import naming
 from runner.runtime.host.netns import AttemptNetwork
 from runner.runtime.host.procs import (
     ExitStatus,
-    ProcError,
     Reaper,
     SubjectLauncher,
     process_identity,
@@ -39,7 +38,7 @@ def test_normal_exit_code(run_id: str, reaper: Reaper, tmp_run_dir: Path) -> Non
     s = launcher.launch(["sh", "-c", "echo hi; echo oops >&2; exit 7"], state_dir=tmp_run_dir)
     st = s.wait(10)
     assert (st.exited, st.exit_code, st.signaled) == (True, 7, False)
-    assert st == reaper.status(s.pid) == s.status
+    assert st == s.status
     assert (tmp_run_dir / "stdout.log").read_text() == "hi\n"
     assert (tmp_run_dir / "stderr.log").read_text() == "oops\n"
     assert launcher.launch(["true"], state_dir=tmp_run_dir).wait(10).exit_code == 0
@@ -98,5 +97,3 @@ def test_reaper_does_not_steal_other_children(
         s.kill()
         s.wait(10)
         s.close()
-    with pytest.raises(ProcError):
-        reaper.wait(1, timeout=0.1)

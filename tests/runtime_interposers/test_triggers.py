@@ -403,7 +403,7 @@ def test_a_plugin_cannot_label_its_own_observation(journal: Journal) -> None:
 
 def test_sigkill_files_a_proxied_call_under_the_proxy() -> None:
     contracts = load_contracts(WITNESSES)
-    plugin = SigkillFault(None, None, None)  # type: ignore[arg-type]
+    plugin = SigkillFault(None, None)  # type: ignore[arg-type]
     validate_plugin(plugin)
     check_against_contract(plugin, contracts[SIGKILL_MID_TOOL_CALL])
     got = {"reaper_exit": {"pid": 1}, "interposer_call": {"call_id": "c", "source": "x"}}
@@ -428,6 +428,6 @@ def test_a_contract_can_require_a_collector_other_than_the_actuator() -> None:
 
     with pytest.raises(PluginContractError, match="independently of the actuator"):
         check_against_contract(
-            SelfWitnessingKill(None, None, None),  # type: ignore[arg-type]
+            SelfWitnessingKill(None, None),  # type: ignore[arg-type]
             contracts[SIGKILL_MID_TOOL_CALL],
         )

@@ -5,7 +5,8 @@ index, unique among live attempts; no passwd entry needed), so one attempt's sub
 another's state directory (0700, owned by that uid), nor signal or ptrace its processes.
 
 The registry is also the `process_registry` collector's source (sigkill witness): it knows the
-current subject and the start identity of every process it launched, by pid.
+current subject and keeps every process it launched (a list, not a map by pid: a relaunch may get
+the pid of a process this run already reaped).
 
 Privilege drop: `ip netns exec NS env -C STATE setpriv --reuid=UID ... -- argv`; `ip`, `env`
 and `setpriv` all exec in place, so the launched pid is the subject itself, and it runs with no
@@ -21,7 +22,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from runner.runtime.host.procs import ExitStatus, ProcessIdentity, Subject, SubjectLauncher
+from runner.runtime.host.procs import ExitStatus, Subject, SubjectLauncher
 
 NOBODY_UID = 65534
 NOBODY_GID = 65534
@@ -81,7 +82,7 @@ class SubjectRegistry:
         self.env = dict(env)
         self._lock = threading.Condition()
         self._current: Subject | None = None
-        self._all: dict[int, Subject] = {}
+        self._all: list[Subject] = []
         self._pending = False
         self._relaunch = False
         self.reasons: list[str] = []
@@ -96,18 +97,13 @@ class SubjectRegistry:
         )
         with self._lock:
             self._current = subject
-            self._all[subject.pid] = subject
+            self._all.append(subject)
             self._pending = self._relaunch = False
         return subject
 
     def current(self) -> Subject | None:
         with self._lock:
             return self._current
-
-    def launched(self, pid: int) -> ProcessIdentity | None:
-        with self._lock:
-            s = self._all.get(pid)
-            return s.identity if s is not None else None
 
     def expect_relaunch(self) -> None:
         """An actuator is about to kill the subject; a recovery decision will follow."""
@@ -137,7 +133,7 @@ class SubjectRegistry:
     def stop_all(self, timeout: float = 10.0) -> list[ExitStatus]:
         """Kill whatever is still running (teardown); returns the statuses reaped here."""
         with self._lock:
-            subjects = list(self._all.values())
+            subjects = list(self._all)
         out: list[ExitStatus] = []
         for s in subjects:
             if s.status is None:

@@ -8,7 +8,9 @@ Collectors:
 - `process_registry` (before the signal): the subject's pid and its kernel start time read from
   /proc right now (must equal the identity recorded at launch), and the in-flight call id;
 - `reaper` (after): the exit status the run's single reaper collected with waitpid -- not the
-  injector -- with the start identity of the process launched under that pid;
+  injector -- for the very process named before the signal (its launch handle, never a lookup
+  by pid: pids are reused within a run, and a status kept by pid once answered for another
+  process), with that process's start identity;
 - the interposer that carried the triggering call (after): its record of that call, still in
   flight -- the tool interposer's call log, or for a proxied tool call the egress proxy's
   exchange record. The engine names the collector from the event's source
@@ -33,7 +35,7 @@ from runner.runtime.faults.base import (
 )
 from runner.runtime.faults.collectors import TRIGGERING_INTERPOSER
 from runner.runtime.faults.registry import FaultKindPlugin, SelftestCase, register
-from runner.runtime.host.procs import ProcessIdentity, Reaper, Subject, process_identity
+from runner.runtime.host.procs import Subject, process_identity
 from runner.runtime.interposers.proxy import EgressProxy
 from runner.runtime.interposers.tools import ToolInterposer
 
@@ -45,7 +47,6 @@ class ProcessRegistry(Protocol):
     """The attempt's record of its subject processes (see runner.runtime.attempt_subject)."""
 
     def current(self) -> Subject | None: ...
-    def launched(self, pid: int) -> ProcessIdentity | None: ...
     def expect_relaunch(self) -> None: ...
     def request_relaunch(self, reason: str) -> None: ...
 
@@ -64,18 +65,16 @@ class SigkillFault(FaultPlugin):
     def __init__(
         self,
         registry: ProcessRegistry,
-        reaper: Reaper,
         interposer: ToolInterposer,
         proxy: EgressProxy | None = None,
         *,
         reap_timeout: float = 3.0,  # under a subject's call timeout: a no-op must not stall it
     ) -> None:
         self.registry = registry
-        self.reaper = reaper
         self.interposer = interposer
         self.proxy = proxy
         self.reap_timeout = reap_timeout
-        self._target: int | None = None
+        self._target: Subject | None = None  # the process named before the signal
 
     def inject(self, ctx: FaultContext) -> Injection:
         ev = ctx.require_event()
@@ -109,7 +108,7 @@ class SigkillFault(FaultPlugin):
         subject = self.registry.current()
         if subject is None:
             return {**out, "pid": None, "start_time": "", "call_source": source}
-        self._target = subject.pid
+        self._target = subject
         try:
             now = process_identity(subject.pid).start_time  # the kernel's view, right now
         except ProcessLookupError:
@@ -123,13 +122,13 @@ class SigkillFault(FaultPlugin):
         }
 
     def _reaper_exit(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"collector": "reaper", "pid": self._target}
-        if self._target is None:
+        target = self._target
+        out: dict[str, Any] = {"collector": "reaper", "pid": target.pid if target else None}
+        if target is None:
             return {**out, "reaped": False, "signaled": False, "term_signal": None}
-        launched = self.registry.launched(self._target)
-        out["start_time"] = launched.start_time if launched is not None else ""
+        out["start_time"] = target.identity.start_time
         try:
-            st = self.reaper.wait(self._target, self.reap_timeout)
+            st = target.wait(self.reap_timeout)
         except TimeoutError:
             return {**out, "reaped": False, "signaled": False, "term_signal": None}
         return {**out, "reaped": True, **st.model_dump(exclude={"pid"})}
@@ -157,7 +156,7 @@ class SigkillFault(FaultPlugin):
 register(
     FaultKindPlugin(
         kind=SIGKILL_MID_TOOL_CALL,
-        build=lambda r: SigkillFault(r.registry, r.reaper, r.interposer, r.proxy),
+        build=lambda r: SigkillFault(r.registry, r.interposer, r.proxy),
         selftest=SelftestCase(
             trigger={"tool": "exec", "ordinal": 2, "phase": "dispatched"},
             parameters={"target": "subject"},

@@ -6,6 +6,13 @@ a recycled pid. So each child gets a pidfd; the reaper thread polls those pidfds
 waitpid(pid) only for a child whose pidfd says it exited, recording the exact raw status.
 Kills go through pidfd_send_signal for the same reason.
 
+Why a `Watch` per child, never a lookup by pid: a run's one reaper outlives thousands of
+processes and pids wrap (pid_max is 32768 on many hosts), so a later subject can get the pid of
+an earlier one. An exit status kept by pid then answered for the wrong process: a relaunched
+subject was "reaped" the moment it started, with its predecessor's exit 0, and a SIGKILL
+witness could read another process's signal 9. Each status lives on the Watch of the one
+process it belongs to.
+
 Launch: os.posix_spawn (no fork of a threaded interpreter, and no subprocess.Popen, whose own
 waitpid bookkeeping would race the reaper) of
 `ip netns exec <ns> env -C <state_dir> argv...`. Both `ip` (non-batch mode) and `env` exec in
@@ -83,6 +90,35 @@ def process_identity(pid: int) -> ProcessIdentity:
     return ProcessIdentity(pid=pid, start_time=read_start_time(pid))
 
 
+class Watch:
+    """One watched child: its exit status once the reaper has collected it.
+
+    Bound to the process, not to its pid: the pid may belong to another process later, this
+    object never does.
+    """
+
+    def __init__(self, pid: int, cond: threading.Condition) -> None:
+        self.pid = pid
+        self._cond = cond
+        self._status: ExitStatus | None = None
+
+    @property
+    def status(self) -> ExitStatus | None:
+        with self._cond:
+            return self._status
+
+    def wait(self, timeout: float) -> ExitStatus:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._status is not None, timeout):
+                raise TimeoutError(f"pid {self.pid} did not exit within {timeout}s")
+            assert self._status is not None
+            return self._status
+
+    def _set(self, status: ExitStatus) -> None:  # the reaper thread, holding the condition
+        self._status = status
+        self._cond.notify_all()
+
+
 class Reaper:
     """One thread; the only caller of waitpid for children registered with `watch`."""
 
@@ -92,9 +128,8 @@ class Reaper:
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._pending: list[tuple[int, int]] = []  # (pid, pidfd) to register
-        self._watched: set[int] = set()
-        self._statuses: dict[int, ExitStatus] = {}
+        self._pending: list[tuple[Watch, int]] = []  # (watch, pidfd) to register
+        self._live: dict[int, Watch] = {}  # pid -> the watch of its current, unreaped owner
         self._stop = False
         self._thread = threading.Thread(target=self._loop, name="afb-reaper", daemon=True)
 
@@ -117,25 +152,22 @@ class Reaper:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def watch(self, pid: int) -> None:
-        """Take ownership of a child's exit status. Must be our child, not yet reaped."""
+    def watch(self, pid: int) -> Watch:
+        """Take ownership of a child's exit status. Must be our child, not yet reaped.
+
+        A pid still watched and not reaped cannot have a new owner (the kernel reuses a pid
+        only once it is reaped), so watching it twice is a bug and is refused.
+        """
         pidfd = os.pidfd_open(pid)
         with self._lock:
-            self._watched.add(pid)
-            self._pending.append((pid, pidfd))
+            if pid in self._live:
+                os.close(pidfd)
+                raise ProcError(f"pid {pid} is already watched and not yet reaped")
+            watch = Watch(pid, self._cond)
+            self._live[pid] = watch
+            self._pending.append((watch, pidfd))
         os.write(self._wake_w, b"x")
-
-    def status(self, pid: int) -> ExitStatus | None:
-        with self._lock:
-            return self._statuses.get(pid)
-
-    def wait(self, pid: int, timeout: float) -> ExitStatus:
-        with self._cond:
-            if pid not in self._watched:
-                raise ProcError(f"pid {pid} is not watched by this reaper")
-            if not self._cond.wait_for(lambda: pid in self._statuses, timeout):
-                raise TimeoutError(f"pid {pid} did not exit within {timeout}s")
-            return self._statuses[pid]
+        return watch
 
     def _loop(self) -> None:
         while True:
@@ -143,37 +175,38 @@ class Reaper:
                 if self._stop:
                     return
                 pending, self._pending = self._pending, []
-            for pid, pidfd in pending:
-                self._sel.register(pidfd, selectors.EVENT_READ, pid)
+            for watch, pidfd in pending:
+                self._sel.register(pidfd, selectors.EVENT_READ, watch)
             for key, _ in self._sel.select():
                 if key.data is None:
                     with contextlib.suppress(BlockingIOError):
                         os.read(self._wake_r, 4096)
                     continue
-                pid, pidfd = int(key.data), int(key.fd)
-                got, raw = os.waitpid(pid, os.WNOHANG)
+                watch, pidfd = key.data, int(key.fd)
+                got, raw = os.waitpid(watch.pid, os.WNOHANG)
                 if got == 0:
                     continue  # spurious wake-up
                 self._sel.unregister(pidfd)
                 os.close(pidfd)
                 with self._cond:
-                    self._statuses[pid] = ExitStatus.from_raw(pid, raw)
-                    self._cond.notify_all()
+                    del self._live[watch.pid]  # reaped: the pid is free for a new process
+                    watch._set(ExitStatus.from_raw(watch.pid, raw))
 
 
 class Subject:
-    """A launched process. Holds its own pidfd so kill() can never hit a recycled pid."""
+    """A launched process. Holds its own pidfd so kill() can never hit a recycled pid, and
+    its own `Watch` so wait() can never return another process's exit."""
 
     def __init__(
-        self, identity: ProcessIdentity, reaper: Reaper, state_dir: Path, pidfd: int | None = None
+        self, identity: ProcessIdentity, watch: Watch, state_dir: Path, pidfd: int
     ) -> None:
         self.identity = identity
         self.pid = identity.pid
         self.state_dir = state_dir
-        self._reaper = reaper
+        self._watch = watch
         # Opened before the reaper watches the pid (the launcher passes it in): a child that
         # exits at once may be reaped by then, and a reaped pid has no pidfd (or a new owner).
-        self._pidfd: int | None = os.pidfd_open(self.pid) if pidfd is None else pidfd
+        self._pidfd: int | None = pidfd
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self._pidfd is None:
@@ -181,11 +214,11 @@ class Subject:
         signal.pidfd_send_signal(self._pidfd, sig)  # ESRCH -> ProcessLookupError once reaped
 
     def wait(self, timeout: float) -> ExitStatus:
-        return self._reaper.wait(self.pid, timeout)
+        return self._watch.wait(timeout)
 
     @property
     def status(self) -> ExitStatus | None:
-        return self._reaper.status(self.pid)
+        return self._watch.status
 
     def close(self) -> None:
         if self._pidfd is not None:
@@ -243,6 +276,6 @@ class SubjectLauncher:
         # is still there, a reaped pid's is not (or belongs to someone else).
         identity = process_identity(pid)
         pidfd = os.pidfd_open(pid)  # before watch(): nobody reaps it until then
-        self.reaper.watch(pid)
+        watch = self.reaper.watch(pid)
         (state_dir / "subject.pid").write_text(f"{pid} {identity.start_time}\n")
-        return Subject(identity, self.reaper, state_dir, pidfd)
+        return Subject(identity, watch, state_dir, pidfd)
