@@ -76,6 +76,7 @@ class RunOutcome:
     results: dict[str, SubjectResult]
     shard: Shard | None = None
     shard_cells: int = 0  # cells of the shard (a shard run is not evaluated)
+    subject_dirs: Path | None = None  # kept subject state directories (--keep-subject-dirs)
 
     @property
     def complete(self) -> bool:
@@ -114,13 +115,18 @@ def run_spec(
     progress: Progress = no_progress,
     cluster: Cluster | None = None,
     shard: Shard | None = None,
+    keep_subject_dirs: bool = False,
 ) -> RunOutcome:
     """Resolve, check the freeze, run every unfinished cell, evaluate and write results.
 
     With `shard`, only that shard's cells run and nothing is evaluated (`bench merge` joins the
-    shards into one run directory that evaluates like a single-host run)."""
+    shards into one run directory that evaluates like a single-host run). With
+    `keep_subject_dirs` (a local run) each attempt's subject state directory (the agent's own
+    stdout.log, stderr.log, event log and files) stays after the run, outside the evidence."""
     from runner.runtime.host import naming, sweep
 
+    if keep_subject_dirs and cluster is not None:  # before anything is written
+        raise InputError("--keep-subject-dirs keeps a local run's directories: not with --cluster")
     workload = workload_for(load_spec(spec_path), spec_path)
     client = None
     if cluster is not None:  # an unreachable scheduler is refused before a run directory exists
@@ -140,16 +146,20 @@ def run_spec(
             client.close()
         raise
     select = shard.keeps if shard is not None else None
+    kept = None
     if cluster is not None:
         run_dir = run_on_cluster(
             mrun, workload, cluster, log=log, progress=progress, select=select, client=client
         )
     else:
-        run_dir = run_matrix(mrun, workload, jobs, log=log, progress=progress, select=select)
+        run_dir, kept = run_matrix(
+            mrun, workload, jobs, log=log, progress=progress, select=select,
+            keep_subject_dirs=keep_subject_dirs,
+        )  # fmt: skip
     if shard is not None:
         n = sum(1 for c in mrun.cells() if shard.keeps(c))
-        return RunOutcome(run_dir, {}, shard, n)
-    return RunOutcome(run_dir, evaluate_and_write(run_dir, log))
+        return RunOutcome(run_dir, {}, shard, n, subject_dirs=kept)
+    return RunOutcome(run_dir, evaluate_and_write(run_dir, log), subject_dirs=kept)
 
 
 def run_matrix(
@@ -160,9 +170,11 @@ def run_matrix(
     log: Log = _quiet,
     progress: Progress = no_progress,
     select: Callable[[Cell], bool] | None = None,
-) -> Path:
+    keep_subject_dirs: bool = False,
+) -> tuple[Path, Path | None]:
     """Execute every unfinished cell (of those `select` keeps) of a prepared run in the
-    workload's sandbox image."""
+    workload's sandbox image. Returns the run directory and, when kept, the folder of the
+    subjects' state directories (one per attempt, named like its journal)."""
     from runner.imagebuild import builder as images
     from runner.runtime import envcollect
     from runner.runtime.attempt import run as attempt
@@ -177,7 +189,7 @@ def run_matrix(
     states = [s for s in mrun.cell_states() if select is None or select(s.cell)]
     remaining = sum(not s.finished for s in states)
     with (
-        RunServices(run_id, run_dir) as services,
+        RunServices(run_id, run_dir, keep_subject_dirs=keep_subject_dirs) as services,
         progress(len(states), len(states) - remaining) as advance,
     ):
         summary = execute(
@@ -189,7 +201,7 @@ def run_matrix(
             select=select,
         )
     log(f"{summary.attempts_run} attempts over {summary.cells} cells in {summary.wall_s:.1f} s")
-    return run_dir
+    return run_dir, (services.subject_root if keep_subject_dirs else None)
 
 
 def run_on_cluster(
@@ -285,7 +297,7 @@ def rerun(
         raise InputError(
             f"{spec_path} resolves to another protocol than the bundle's", file=str(spec_path)
         )
-    run_dir = run_matrix(mrun, workload, jobs, log=log, progress=progress)
+    run_dir, _ = run_matrix(mrun, workload, jobs, log=log, progress=progress)
     digest = evaluator_digest()
     old = evaluate_run(rp, published, digest)
     new = evaluate_run(

@@ -119,6 +119,13 @@ def run(
         str | None,
         typer.Option(help="run only shard i of N (i/N, 0 <= i < N): evidence, no evaluation"),
     ] = None,
+    keep_subject_dirs: Annotated[
+        bool,
+        typer.Option(
+            help="keep each attempt's subject state directory (the agent's stdout.log, "
+            "stderr.log, events): for debugging an agent; not evidence, `bench sweep` removes it"
+        ),
+    ] = False,
 ) -> None:
     """Run a spec's preregistered matrix and write evidence, then scorecards or reports."""
     from runner.evaluator.core.errors import InputError
@@ -146,8 +153,11 @@ def run(
         progress=view.progress if view is not None else cell_progress,
         cluster=where,
         shard=part,
+        keep_subject_dirs=keep_subject_dirs,
     )
     run_dir = outcome.run_dir
+    if outcome.subject_dirs is not None:
+        out.print(f"subject state directories kept in {outcome.subject_dirs} (not evidence)")
     if outcome.shard is not None:
         s = outcome.shard
         out.print(

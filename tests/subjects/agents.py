@@ -104,8 +104,8 @@ def bench(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]
     )  # fmt: skip
 
 
-def run_draft(spec: Path, out: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
-    proc = bench("run", str(spec), "--draft", "--out", str(out), "--jobs", "1")
+def run_draft(spec: Path, out: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    proc = bench("run", str(spec), "--draft", "--out", str(out), "--jobs", "1", *extra)
     runs = list(out.iterdir()) if out.exists() else []
     return proc, (runs[0] if len(runs) == 1 else out)
 

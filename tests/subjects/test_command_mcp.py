@@ -4,12 +4,16 @@ counts) and the submit lands in the destination's ledger exactly once."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
 
+from runner.runtime.host.paths import SUBJECT_ROOT
 from tests.subjects.agents import (
     attempts,
+    bench,
     fault_blocks,
     ledger_items,
     make_spec,
@@ -36,6 +40,35 @@ def test_an_mcp_command_subject_runs(tmp_path: Path) -> None:
     assert item["payload"]["tools"] == sorted(
         ["exec", "list_effects", "read_file", "run_tests", "submit_patch", "write_file"]
     )
+    # by default the subject's state directory (its own output) goes with the run's end
+    assert not (SUBJECT_ROOT / run_id_of(run_dir)).exists()
+
+
+def run_id_of(run_dir: Path) -> str:
+    return run_dir.name.rsplit("-", 1)[1]
+
+
+def test_keep_subject_dirs_keeps_the_agents_own_output_outside_the_evidence(
+    tmp_path: Path,
+) -> None:
+    spec = make_spec(tmp_path, mcp_agent_block())
+    proc, run_dir = run_draft(spec, tmp_path / "out", "--keep-subject-dirs")
+    kept = SUBJECT_ROOT / run_id_of(run_dir)
+    try:
+        assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert f"subject state directories kept in {kept}" in proc.stdout
+        (journal,) = sorted((run_dir / "journals").glob("*-a*.jsonl"))
+        state = kept / journal.stem  # one per attempt, named like its journal
+        (line,) = (state / "stdout.log").read_text().splitlines()
+        report = json.loads(line)  # what the agent printed
+        assert report["submit_error"] is None and "hello-from-mcp" in json.dumps(report["exec"])
+        assert (state / "report.json").is_file() and (state / "stderr.log").is_file()
+        assert (state.stat().st_uid, state.stat().st_mode & 0o777) == (0, 0o700)  # closed
+        # not evidence: the run directory verifies with nothing of it inside
+        assert bench("verify", str(run_dir)).returncode == 0
+        assert not any("stdout.log" in p.name for p in run_dir.rglob("*"))
+    finally:
+        shutil.rmtree(kept, ignore_errors=True)
 
 
 PARTITION = fault_blocks("partition-during-submit")

@@ -183,14 +183,16 @@ class Reaper:
                         os.read(self._wake_r, 4096)
                     continue
                 watch, pidfd = key.data, int(key.fd)
-                got, raw = os.waitpid(watch.pid, os.WNOHANG)
-                if got == 0:
-                    continue  # spurious wake-up
+                # Reap and forget the pid in one step under the lock: once reaped the pid may
+                # be handed to a new child at once, whose watch() must not find it still taken.
+                with self._cond:
+                    got, raw = os.waitpid(watch.pid, os.WNOHANG)
+                    if got == 0:
+                        continue  # spurious wake-up
+                    del self._live[watch.pid]
+                    watch._set(ExitStatus.from_raw(watch.pid, raw))
                 self._sel.unregister(pidfd)
                 os.close(pidfd)
-                with self._cond:
-                    del self._live[watch.pid]  # reaped: the pid is free for a new process
-                    watch._set(ExitStatus.from_raw(watch.pid, raw))
 
 
 class Subject:
