@@ -61,7 +61,7 @@ def test_keep_subject_dirs_keeps_the_agents_own_output_outside_the_evidence(
         state = kept / journal.stem  # one per attempt, named like its journal
         (line,) = (state / "stdout.log").read_text().splitlines()
         report = json.loads(line)  # what the agent printed
-        assert report["submit_error"] is None and "hello-from-mcp" in json.dumps(report["exec"])
+        assert not report["submit_error"] and "hello-from-mcp" in json.dumps(report["exec"])
         assert (state / "report.json").is_file() and (state / "stderr.log").is_file()
         assert (state.stat().st_uid, state.stat().st_mode & 0o777) == (0, 0o700)  # closed
         # not evidence: the run directory verifies with nothing of it inside
