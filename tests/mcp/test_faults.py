@@ -26,6 +26,7 @@ from runner.runtime.host import naming
 from runner.runtime.host.procs import ExitStatus, Reaper, Subject, SubjectLauncher
 from runner.runtime.interposers.destination import DestinationService
 from tests.mcp.helpers import SCOPE, Rig, call, judged_attempt, run
+from tests.process_registry import ProcessRegistry
 from tests.runtime_interposers.conftest import LocalSandbox, effect, request
 from tests.runtime_interposers.test_triggers import Probe
 
@@ -126,28 +127,17 @@ def test_submit_ordinals_count_mcp_and_http_submits_alike(
 # --- SIGKILL while an MCP call is held in flight: a real subject process, the real reaper ------
 
 
-class _Registry:
+class _Registry(ProcessRegistry):
     """The sigkill plugin's view of the subject processes (the attempt's SubjectRegistry, minus
     netns and privilege drop, which are not what this test is about)."""
 
     def __init__(self, launcher: SubjectLauncher, state_dir: Path) -> None:
+        super().__init__()
         self.launcher, self.state_dir = launcher, state_dir
-        self.subject: Subject | None = None
-        self.relaunch: list[str] = []
 
     def launch(self, url: str, calls: int) -> Subject:
         argv = [sys.executable, str(Path(__file__).with_name("mcp_subject.py")), url, str(calls)]
-        self.subject = self.launcher.launch(argv, state_dir=self.state_dir)
-        return self.subject
-
-    def current(self) -> Subject | None:
-        return self.subject
-
-    def expect_relaunch(self) -> None:
-        pass
-
-    def request_relaunch(self, reason: str) -> None:
-        self.relaunch.append(reason)
+        return self.add(self.launcher.launch(argv, state_dir=self.state_dir))
 
 
 @pytest.mark.parametrize("actuator", ["real", "noop"])

@@ -40,6 +40,7 @@ from runner.runtime.interposers.destination import DestinationService
 from runner.runtime.interposers.modelproxy import ModelProxy
 from runner.runtime.interposers.proxy import EgressProxy
 from tests.model_proxy.conftest import SCRIPT
+from tests.process_registry import ProcessRegistry
 from tests.runtime_interposers.conftest import CELL, effect, request
 
 WITNESSES = Path(__file__).resolve().parents[2] / "witnesses"
@@ -159,30 +160,15 @@ def test_lost_response_on_a_model_call_is_witnessed_under_the_same_contract(
     assert [i["turn"] for i in ledger] == [0, 1, 1]  # the dropped answer, and the re-ask
 
 
-class _Registry:
-    """The ProcessRegistry a SigkillFault needs, over a real launcher (no netns here)."""
+class _Registry(ProcessRegistry):
+    """Launches through a real launcher (no netns here)."""
 
     def __init__(self, launcher: SubjectLauncher) -> None:
+        super().__init__()
         self.launcher = launcher
-        self.subjects: list[Subject] = []
-        self.relaunch: list[str] = []
-        self.asked = threading.Event()
-        self.expected = False
 
     def launch(self, argv: list[str], state_dir: Path, env: dict[str, str]) -> Subject:
-        s = self.launcher.launch(argv, state_dir=state_dir, env=env)
-        self.subjects.append(s)
-        return s
-
-    def current(self) -> Subject | None:
-        return self.subjects[-1] if self.subjects else None
-
-    def expect_relaunch(self) -> None:
-        self.expected = True
-
-    def request_relaunch(self, reason: str) -> None:
-        self.relaunch.append(reason)
-        self.asked.set()
+        return self.add(self.launcher.launch(argv, state_dir=state_dir, env=env))
 
 
 def test_sigkill_mid_model_call_is_witnessed_under_the_same_contract(

@@ -32,6 +32,7 @@ from runner.runtime.faults.base import CallEvent, FaultContext, WitnessStage, st
 from runner.runtime.faults.sigkill import SigkillFault
 from runner.runtime.host.netns import AttemptNetwork
 from runner.runtime.host.procs import ProcError, Reaper, Subject, SubjectLauncher
+from tests.process_registry import ProcessRegistry
 
 pytestmark = pytest.mark.runtime
 
@@ -129,21 +130,10 @@ def test_a_relaunch_under_its_predecessors_pid_runs_and_is_stopped(
         assert second.status is not None and second.status.term_signal == 9
 
 
-class _Current:
-    """The ProcessRegistry SigkillFault reads: the one current subject."""
-
-    def __init__(self, subject: Subject) -> None:
-        self.subject = subject
-        self.relaunch: list[str] = []
-
-    def current(self) -> Subject | None:
-        return self.subject
-
-    def expect_relaunch(self) -> None:
-        pass
-
-    def request_relaunch(self, reason: str) -> None:
-        self.relaunch.append(reason)
+def _current(subject: Subject) -> ProcessRegistry:
+    registry = ProcessRegistry()
+    registry.add(subject)
+    return registry
 
 
 class _InFlight:
@@ -169,7 +159,7 @@ def test_sigkill_witness_on_a_reused_pid_is_the_targets_own_exit(
         first.pid, lambda: launcher.launch(["sleep", "1000"], state_dir=tmp_run_dir / "b")
     )
     try:
-        real = SigkillFault(_Current(target), None, _InFlight(), reap_timeout=1.0)  # type: ignore[arg-type]
+        real = SigkillFault(_current(target), None, _InFlight(), reap_timeout=1.0)  # type: ignore[arg-type]
         plugin = real if actuator == "real" else real.noop()
         event = CallEvent("egress_proxy", "model", Phase.DISPATCHED, "m000001.1", 1, 1)
         trigger = Trigger(tool="model", ordinal=1, phase=Phase.DISPATCHED)
