@@ -53,7 +53,7 @@ from runner.runtime.faults.lost_response import LostResponseFault
 from runner.runtime.faults.registry import build_plugin
 from runner.runtime.host.netns import AttemptNetwork
 from runner.runtime.host.nft import PartitionTable
-from runner.runtime.host.procs import ExitStatus, Reaper
+from runner.runtime.host.procs import ExitStatus
 from runner.runtime.interposers.destination import DestinationService
 from runner.runtime.interposers.proxy import EgressProxy
 from runner.runtime.interposers.tools import ToolInterposer
@@ -104,8 +104,7 @@ class AttemptResources:
     destination: DestinationService
     interposer: ToolInterposer
     proxy: EgressProxy
-    registry: SubjectRegistry
-    reaper: Reaper
+    registry: SubjectRegistry  # a subject's exit: wait on it (its own Watch), never by pid
 
 
 PluginFactory = Callable[[AttemptResources], FaultPlugin]
@@ -327,9 +326,7 @@ class _Attempt:
         )  # fmt: skip
         self.stage = "schedule"
         if p.kind != NO_FAULT:
-            res = AttemptResources(
-                p, net, table, sandbox, dest, interposer, proxy, self.registry, s.reaper
-            )
+            res = AttemptResources(p, net, table, sandbox, dest, interposer, proxy, self.registry)
             plugin = self._plugin(res)
             if p.actuator == "noop":
                 plugin = plugin.noop()
