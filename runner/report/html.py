@@ -18,7 +18,9 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from .load import CellView, RunView, SubjectView
+from runner.evaluator.protocol.matrix import Slot
+
+from .load import CellView, RunView, SubjectView, column
 from .timeline import LANES, embed_json
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -60,10 +62,12 @@ def _square(c: CellView, publishable: bool) -> Square:
     return Square(c.cell_id, c.slot.seed, f"e-{ev}", f"{head} · evidence: {ev}", ev=ev)
 
 
-def _grid(s: SubjectView, tasks: list[str], kinds: list[str]) -> dict[str, Any]:
+def _grid(
+    s: SubjectView, tasks: list[str], kinds: list[str], col: Callable[[Slot], str]
+) -> dict[str, Any]:
     at: dict[tuple[str, str], list[CellView]] = {}
     for c in s.cells:
-        at.setdefault((c.slot.task_id, c.slot.schedule.kind), []).append(c)
+        at.setdefault((c.slot.task_id, col(c.slot)), []).append(c)
     rows = []
     for task in tasks:
         groups = []
@@ -114,6 +118,7 @@ def stream_html(view: RunView) -> Iterator[str]:
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
     )
+    col = functools.partial(column, view.protocol)
     env.filters["rate"] = _rate
     env.filters["num"] = _num
     css = (TEMPLATES / "report.css").read_text()
@@ -129,7 +134,8 @@ def stream_html(view: RunView) -> Iterator[str]:
         ncells=sum(len(s.cells) for s in view.subjects),
         kinds=view.kinds,
         measures=[_measures(s) if s.publishable else [] for s in view.subjects],
-        grids=[_grid(s, view.tasks, view.kinds) for s in view.subjects],
+        grids=[_grid(s, view.tasks, view.kinds, col) for s in view.subjects],
+        diagnostics=view.diagnostics,
         page_rows=PAGE_ROWS,
         statuses=STATUSES,
         evidence_states=EVIDENCE_STATES,

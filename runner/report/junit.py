@@ -7,13 +7,21 @@
   per-cell outcome (the publication boundary holds here too).
 
 Deterministic (no timestamp, no hostname); `time` is the cell's recorded wall time.
+
+A testcase's name is unique in its suite (CI keys history by classname + name): task, fault id
+(two faults of one kind, e.g. a lost model response and a lost submit response, are two cases),
+fault kind and seed, which is what tells a subject's cells apart; should two cells still share
+one (a matrix dimension added later), each of them gets its cell id's prefix.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from xml.etree import ElementTree as ET
 
-from .load import RunView, SubjectView
+from runner.evaluator.protocol.faultkinds import NO_FAULT
+
+from .load import CellView, RunView, SubjectView
 
 SKIPPED_STATUSES = frozenset({"SCENARIO_MISMATCH"})
 
@@ -36,12 +44,17 @@ def _suite(s: SubjectView, root: ET.Element, protocol_id: str) -> None:
         suite.set("errors", "0")
         suite.set("skipped", "0")
         return
-    cells = sorted(s.cells, key=lambda c: (c.slot.task_id, c.slot.schedule.kind, c.slot.seed))
+    cells = sorted(
+        s.cells, key=lambda c: (c.slot.task_id, c.slot.schedule.fault_id, c.slot.seed, c.cell_id)
+    )
+    shared = Counter(case_name(c) for c in cells)
     for c in cells:
         sl = c.slot
+        name = case_name(c)
+        if shared[name] > 1:
+            name += f" cell {c.cell_id[7:23]}"
         case = ET.SubElement(
-            suite, "testcase",
-            name=f"{sl.task_id} [{sl.schedule.kind}, seed {sl.seed}]",
+            suite, "testcase", name=name,
             classname=f"{protocol_id}.{s.subject_id}.{sl.schedule.kind}",
         )  # fmt: skip
         if c.wall_ns is not None:
@@ -60,6 +73,13 @@ def _suite(s: SubjectView, root: ET.Element, protocol_id: str) -> None:
     suite.set("failures", str(failures))
     suite.set("errors", "0")
     suite.set("skipped", str(skipped))
+
+
+def case_name(c: CellView) -> str:
+    sl = c.slot
+    fault = sl.schedule.fault_id
+    what = "baseline" if fault == NO_FAULT else f"{fault} ({sl.schedule.kind})"
+    return f"{sl.task_id} [{what}, seed {sl.seed}]"
 
 
 def render_junit(view: RunView) -> bytes:

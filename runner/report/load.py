@@ -21,6 +21,7 @@ from runner.evaluator.evidence.journal import BLOBS, JOURNALS, read_journal
 from runner.evaluator.protocol.faultkinds import NO_FAULT
 from runner.evaluator.protocol.matrix import Slot, cell_id
 from runner.evaluator.protocol.runfile import PROTOCOL_FILE, RunProtocol, read_protocol
+from runner.evaluator.publish.diagnostics import DIAGNOSTICS_FILE
 
 from .timeline import CellTimeline, attempt_events, build_timeline
 
@@ -75,7 +76,9 @@ class RunView:
     subjects: list[SubjectView]
     comparison: dict[str, Any] | None
     tasks: list[str]  # row order: first appearance in the resolved slots
-    kinds: list[str]  # column order: the baseline first, then kinds as registered
+    kinds: list[str]  # column order: the baseline first, then kinds (fault ids) as registered
+    # results/draft-diagnostics.jsonl, when the run is a draft (each line "draft: not a result")
+    diagnostics: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def frozen(self) -> bool:
@@ -110,7 +113,7 @@ def load_run(run_dir: Path, timelines: bool = True) -> RunView:
     rp = read_protocol(run_dir)
     slots = rp.slots
     tasks = list(dict.fromkeys(s.task_id for s in slots))
-    kinds = list(dict.fromkeys(s.schedule.kind for s in slots))
+    kinds = list(dict.fromkeys(column(rp, s) for s in slots))
     kinds.sort(key=lambda k: k != NO_FAULT)  # stable: the baseline column first
     subjects: list[SubjectView] = []
     owner: dict[str, CellView] = {}
@@ -127,7 +130,17 @@ def load_run(run_dir: Path, timelines: bool = True) -> RunView:
         sv.witnessed_faults = sum(1 for c in faulted if c.witnessed)
     cmp_path = run_dir / RESULTS / "comparison.json"
     comparison = _json(cmp_path) if cmp_path.is_file() else None
-    return RunView(run_dir, rp, subjects, comparison, tasks, kinds)
+    diag_path = run_dir / RESULTS / DIAGNOSTICS_FILE
+    diagnostics = _jsonl(diag_path) if diag_path.is_file() else []
+    return RunView(run_dir, rp, subjects, comparison, tasks, kinds, diagnostics)
+
+
+def column(rp: RunProtocol, slot: Slot) -> str:
+    """A cell's heatmap column: its fault id when the spec's strata are by fault id (two faults
+    of one kind apart), else its fault kind ("none" for the baseline either way)."""
+    if "fault_id" in rp.spec().eligibility.strata:
+        return slot.schedule.fault_id
+    return slot.schedule.kind
 
 
 def _subject(d: Path, sid: str, h: str, slots: list[Slot]) -> SubjectView:

@@ -10,7 +10,7 @@ import pytest
 import xmlschema
 
 from runner.report import load_run, render_junit, write_junit
-from tests.report.conftest import BUNDLE, build_incomplete
+from tests.report.conftest import BUNDLE, ROOT, build_incomplete
 
 XSD = Path(__file__).parent / "junit_xsd" / "junit-10.xsd"
 
@@ -95,3 +95,44 @@ def test_xsd_rejects_a_malformed_report(schema: xmlschema.XMLSchema) -> None:
     bad = b'<testsuites><testsuite tests="1"><testcase classname="x"/></testsuite></testsuites>'
     with pytest.raises(xmlschema.XMLSchemaValidationError):
         schema.validate(bad.decode())
+
+
+AGENTS_BUNDLE = ROOT / "vectors/published/swe-lite-agents-20261201T225113Z-e4c56d"
+
+
+def _case_keys(data: bytes) -> list[tuple[str, str, str]]:
+    return [
+        (suite.get("name", ""), c.get("classname", ""), c.get("name", ""))
+        for suite in ET.fromstring(data)
+        for c in suite.findall("testcase")
+    ]
+
+
+def test_case_names_are_unique_per_cell_even_for_two_faults_of_one_kind(
+    schema: xmlschema.XMLSchema,
+) -> None:
+    """swe-lite-agents declares two lost_response faults (the model's and the submit's) and two
+    of each other kind: named by kind alone, their cases collided; CI keys history by name."""
+    view = load_run(AGENTS_BUNDLE, timelines=False)
+    kinds = [s.schedule.kind for s in view.protocol.slots if s.schedule.fault_id != "none"]
+    assert len(set(kinds)) < len({s.schedule.fault_id for s in view.protocol.slots}) - 1
+    data = render_junit(view)
+    schema.validate(data.decode())
+    keys = _case_keys(data)
+    assert len(keys) == len(view.protocol.slots) * len(view.subjects)
+    assert len(set(keys)) == len(keys), [k for k in keys if keys.count(k) > 1][:4]
+    names = {k[2] for k in keys}
+    assert any("lost-model-response (lost_response)" in n for n in names)
+    assert any("lost-submit-response (lost_response)" in n for n in names)
+
+
+def test_cells_sharing_a_name_are_told_apart_by_their_cell_id(incomplete_run: Path) -> None:
+    """Should two cells of a subject ever get one name (here: a second cell of one slot, as a
+    replicate dimension would make), the cell id prefix tells them apart."""
+    view = load_run(incomplete_run, timelines=False)
+    i, a = next((i, s) for i, s in enumerate(view.subjects) if s.publishable)
+    twin = dataclasses.replace(a.cells[0], cell_id="sha256:" + "f" * 64)
+    view.subjects[i] = dataclasses.replace(a, cells=[*a.cells, twin])
+    keys = _case_keys(render_junit(view))
+    assert len(set(keys)) == len(keys)
+    assert sum(" cell " in k[2] for k in keys) == 2

@@ -15,6 +15,11 @@ from runner.evaluator.core.types import Digest, Frozen, Phase
 from runner.evaluator.protocol.faultkinds import FaultKind
 
 EVIDENCE_SCHEMA_VERSION = "afb.evidence/1"
+# A launch's output tail (SubjectExit): at most this many last lines, of at most this many bytes
+# read from the end of the log; decoded as UTF-8 with replacement.
+OUTPUT_TAIL_LINES = 20
+OUTPUT_TAIL_BYTES = 4096
+OUTPUT_TAIL_CHARS = OUTPUT_TAIL_BYTES  # a replacement character stands for >= 1 byte
 NsTime = Annotated[str, Field(pattern=r"^[0-9]{1,20}$", description="nanoseconds, as a string")]
 
 
@@ -120,6 +125,21 @@ class SubjectExit(AttemptRef):
     signaled: bool
     term_signal: int | None
     restart_index: int = Field(ge=0, description="0 for the first launch, then per recovery")
+    # What this launch wrote last (its stdout.log / stderr.log from this launch's start), so a
+    # draft's diagnostics can show why an agent died. Bounded (OUTPUT_TAIL_*), inline rather than
+    # a blob: a few KiB per launch, read with the record. None: not recorded (journals from
+    # before these fields, or a log the runtime would not read: not a regular file of its own).
+    stdout_tail: str | None = Field(default=None, max_length=OUTPUT_TAIL_CHARS)
+    stderr_tail: str | None = Field(default=None, max_length=OUTPUT_TAIL_CHARS)
+
+    @model_serializer(mode="wrap")
+    def _earlier_shape_when_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # The tails came later: left out when unset, so earlier journals keep their written form.
+        body: dict[str, Any] = handler(self)
+        for name in ("stdout_tail", "stderr_tail"):
+            if body.get(name) is None:
+                body.pop(name, None)
+        return body
 
 
 class ToolCallCount(AttemptRef):

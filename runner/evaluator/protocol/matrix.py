@@ -55,8 +55,10 @@ def subject_config_hash(subject: Subject) -> str:
     return digest({"schema": "afb.subject/1", "agent": subject.agent, "config": subject.config})
 
 
-def stratum_key(dims: Sequence[str], kind: str, bucket: str) -> str:
-    values = {"fault_kind": kind, "task_bucket": bucket}
+def stratum_key(dims: Sequence[str], kind: str, bucket: str, fault_id: str = NO_FAULT) -> str:
+    """`dim=value` pairs in dimension order; `fault_id` is the declared fault's id ("none" for
+    the baseline), used only when the spec's strata name it."""
+    values = {"fault_id": fault_id, "fault_kind": kind, "task_bucket": bucket}
     return ",".join(f"{d}={values[d]}" for d in sorted(dims)) or "all"
 
 
@@ -117,7 +119,7 @@ def iter_slots(spec: Spec) -> Iterator[Slot]:
                         parameters=content["parameters"],
                         tie_break=_tie_break(seed, task_id, fault_id),
                     ),
-                    stratum=stratum_key(dims, content["kind"], task.bucket),
+                    stratum=stratum_key(dims, content["kind"], task.bucket, fault_id),
                 )
 
 

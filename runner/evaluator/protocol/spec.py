@@ -150,7 +150,9 @@ class AttemptPolicy(StrictFrozen):
         return _unique_sorted(v, "status")
 
 
-StratumDim = Literal["fault_kind", "task_bucket"]
+# `fault_id` (one column per declared fault, e.g. the lost model response apart from the lost
+# submit response) is opt-in: the default, hence every existing spec's hash, is unchanged.
+StratumDim = Literal["fault_id", "fault_kind", "task_bucket"]
 _DEFAULT_STRATA: tuple[StratumDim, ...] = ("fault_kind", "task_bucket")
 
 

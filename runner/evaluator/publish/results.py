@@ -5,7 +5,8 @@ scorecard.md and cell-scores.jsonl (eligible) or incomplete-evidence.json, incom
 and cell-history.jsonl (not); the .md files only when [publication].outputs lists markdown. The
 results
 are derived: `evaluate` replaces them whole, so a stale scorecard never survives an ineligible
-re-evaluation, and `verify` re-derives them byte for byte.
+re-evaluation, and `verify` re-derives them byte for byte. A draft run (protocol not frozen) also
+gets results/draft-diagnostics.jsonl and .md (diagnostics.py: per-cell, "draft: not a result").
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from runner.evaluator.verdict.eligibility import (
 from .attest import Image, images_of, statements
 from .build import build_scorecard, incomplete_report
 from .compare import build, comparison_md, gate, needs_conformance
+from .diagnostics import diagnostics_files
 from .models import (
     CELL_HISTORY_FILE,
     CELL_SCORES_FILE,
@@ -123,6 +125,8 @@ def _derive(
     )
     if regrade is not None:
         files[f"{RESULTS}/{REGRADE_FILE}"] = regrade[0]
+    for rel, data in diagnostics_files(rp, store).items():  # a draft's only (diagnostics.py)
+        files[f"{RESULTS}/{rel}"] = data
     return rp, out, files
 
 
@@ -331,6 +335,8 @@ def _derive_into(
     out = _render(rp, subjects(), artifacts, env, derived, images, put, hold=False)
     if regrade is not None:
         put(f"{RESULTS}/{REGRADE_FILE}", regrade[0])
+    for rel, data in diagnostics_files(rp, store).items():  # a draft's only (diagnostics.py)
+        put(f"{RESULTS}/{rel}", data)
     return rp, out
 
 

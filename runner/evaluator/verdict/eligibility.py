@@ -369,20 +369,18 @@ def _coverage(c: list[int], sealed: bool = False) -> dict[str, int | None]:
 def _expected_strata(rp: RunProtocol) -> set[str]:
     spec = rp.spec()
     dims = list(spec.eligibility.strata)
-    kinds = {f.kind for f in spec.faults}
-    if spec.matrix.baseline:
-        kinds.add(NO_FAULT)
+    # (fault id, kind) of every fault that may apply; the fault id enters a key only when the
+    # strata name it, so with the default strata this is one entry per kind as before.
+    faults = [(f.id, f.kind, f) for f in spec.faults]
     out = set()
     for ts in spec.task_sets:
         # The strata depend on a task only through its bucket: one representative per bucket.
         for t in {t.bucket: t for t in ts.tasks}.values():
-            for k in kinds:
-                fault_ok = k == NO_FAULT or any(
-                    f.kind == k
-                    and (f.applies_to.task_sets is None or ts.id in f.applies_to.task_sets)
-                    and (f.applies_to.buckets is None or t.bucket in f.applies_to.buckets)
-                    for f in spec.faults
-                )
-                if fault_ok:
-                    out.add(stratum_key(dims, k, t.bucket))
+            if spec.matrix.baseline:
+                out.add(stratum_key(dims, NO_FAULT, t.bucket, NO_FAULT))
+            for fid, kind, f in faults:
+                if (f.applies_to.task_sets is None or ts.id in f.applies_to.task_sets) and (
+                    f.applies_to.buckets is None or t.bucket in f.applies_to.buckets
+                ):
+                    out.add(stratum_key(dims, kind, t.bucket, fid))
     return out

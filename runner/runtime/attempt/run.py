@@ -44,6 +44,7 @@ from runner.runtime.attempt.api import (
 )
 from runner.runtime.attempt.api import journal_name as attempt_journal_name
 from runner.runtime.attempt.grading import make_fresh_sandbox, make_read_ledger
+from runner.runtime.attempt.output import LaunchOutput
 from runner.runtime.attempt.services import RunServices
 from runner.runtime.attempt.subject import SubjectRegistry, prepare_state_dir, subject_uid
 from runner.runtime.attempt.triggers import TriggerEngine
@@ -411,6 +412,7 @@ class _Attempt:
         t0 = time.monotonic_ns()
         try:
             while True:
+                output = LaunchOutput.mark(reg.state_dir)
                 subject = reg.launch(restart_index)
                 try:
                     status = subject.wait(max(0.0, deadline - time.monotonic()))
@@ -418,11 +420,11 @@ class _Attempt:
                     with contextlib.suppress(ProcessLookupError):
                         subject.kill()
                     status = subject.wait(10)
-                    self._exit_record(status, subject.identity.start_time, restart_index)
+                    self._exit_record(status, subject.identity.start_time, restart_index, output)
                     raise AttemptError(
                         "subject_timeout", f"subject exceeded {p.subject.timeout_s}s"
                     ) from None
-                self._exit_record(status, subject.identity.start_time, restart_index)
+                self._exit_record(status, subject.identity.start_time, restart_index, output)
                 again = reg.relaunch_requested(RELAUNCH_DECISION_TIMEOUT)
                 if self.engine is not None and self.engine.rejected():
                     return status  # stopped without recovery
@@ -434,7 +436,9 @@ class _Attempt:
         finally:
             self.wall_ns = time.monotonic_ns() - t0
 
-    def _exit_record(self, st: ExitStatus, start_time: str, restart_index: int) -> None:
+    def _exit_record(
+        self, st: ExitStatus, start_time: str, restart_index: int, output: LaunchOutput
+    ) -> None:
         self.journal.append(
             SubjectExit(
                 **self.ref,
@@ -445,6 +449,7 @@ class _Attempt:
                 signaled=st.signaled,
                 term_signal=st.term_signal,
                 restart_index=restart_index,
+                **output.tails(),
             )
         )
 
