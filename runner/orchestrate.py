@@ -116,18 +116,30 @@ def run_spec(
     cluster: Cluster | None = None,
     shard: Shard | None = None,
     keep_subject_dirs: bool = False,
+    only: Sequence[str] = (),
 ) -> RunOutcome:
     """Resolve, check the freeze, run every unfinished cell, evaluate and write results.
 
     With `shard`, only that shard's cells run and nothing is evaluated (`bench merge` joins the
     shards into one run directory that evaluates like a single-host run). With
     `keep_subject_dirs` (a local run) each attempt's subject state directory (the agent's own
-    stdout.log, stderr.log, event log and files) stays after the run, outside the evidence."""
+    stdout.log, stderr.log, event log and files) stays after the run, outside the evidence.
+    With `only` (`--only` values, runner/runtime/cellselect.py) just those cells run, and only
+    as a draft: the run records no freeze, so it never mints a scorecard."""
+    from runner.runtime.cellselect import parse_only
     from runner.runtime.host import naming, sweep
 
     if keep_subject_dirs and cluster is not None:  # before anything is written
         raise InputError("--keep-subject-dirs keeps a local run's directories: not with --cluster")
-    workload = workload_for(load_spec(spec_path), spec_path)
+    spec = load_spec(spec_path)
+    subset = parse_only(only, spec) if only else None  # exit 2 before a run directory exists
+    if subset is not None and not draft:
+        raise InputError(
+            "--only runs a subset of the matrix, which is always a draft (no scorecard): "
+            "pass --draft as well",
+            key="--only",
+        )
+    workload = workload_for(spec, spec_path)
     client = None
     if cluster is not None:  # an unreachable scheduler is refused before a run directory exists
         from runner.scale.cluster import connect
@@ -136,16 +148,27 @@ def run_spec(
     try:
         if resume is not None:
             mrun = MatrixRun.resume(spec_path, resume, workload)
+            if subset is not None and mrun.rp.freeze_record is not None:
+                raise InputError(
+                    "--only continues a draft run only: this run is under a frozen protocol "
+                    "(resume it whole, without --only)",
+                    file=str(resume),
+                )
             leftovers = sweep.sweep(prefix_filter=mrun.rp.run_id)
             if leftovers.removed_anything:
                 log(f"removed leftovers: {leftovers.model_dump(exclude_defaults=True)}")
         else:
-            mrun = MatrixRun.create(spec_path, out_root, naming.new_run_id(), draft, workload)
+            mrun = MatrixRun.create(
+                spec_path, out_root, naming.new_run_id(), draft, workload,
+                draft_only=subset is not None,
+            )  # fmt: skip
+            if subset is not None:
+                log(f"subset (a draft): {subset.describe()}")
     except BaseException:
         if client is not None:
             client.close()
         raise
-    select = shard.keeps if shard is not None else None
+    select = _both(shard.keeps if shard is not None else None, subset.keeps if subset else None)
     kept = None
     if cluster is not None:
         run_dir = run_on_cluster(
@@ -157,9 +180,18 @@ def run_spec(
             keep_subject_dirs=keep_subject_dirs,
         )  # fmt: skip
     if shard is not None:
-        n = sum(1 for c in mrun.cells() if shard.keeps(c))
+        n = sum(1 for c in mrun.cells() if select is not None and select(c))
         return RunOutcome(run_dir, {}, shard, n, subject_dirs=kept)
     return RunOutcome(run_dir, evaluate_and_write(run_dir, log), subject_dirs=kept)
+
+
+def _both(
+    a: Callable[[Cell], bool] | None, b: Callable[[Cell], bool] | None
+) -> Callable[[Cell], bool] | None:
+    """The cells both selections keep (None keeps every cell)."""
+    if a is None or b is None:
+        return a or b
+    return lambda c: a(c) and b(c)
 
 
 def run_matrix(

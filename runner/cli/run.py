@@ -1,5 +1,7 @@
 """`bench run SPEC`: resolve, check the freeze, run every cell, evaluate, publish or report.
 
+`--only task=ID,fault=ID` runs a subset of the cells, always as a draft (runtime/cellselect.py);
+a draft run prints its per-cell diagnostics ("draft: not a result"; evaluator/publish/diagnostics).
 `--cluster tcp://HOST:PORT` runs the attempts on Dask workers (`bench worker`), showing cells per
 worker and attempts in flight; `--shard i/N` runs one hash shard's cells and writes evidence only.
 """
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -21,6 +24,7 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.table import Table
 
 from runner.cli.app import EXIT_INCOMPLETE, app, err, guarded, out
 from runner.cli.evidence import summary_table
@@ -93,6 +97,53 @@ class ClusterView:
         self._update(worker, int(cell_finished), 1, -1)
 
 
+def draft_diagnostics_table(run_dir: Path) -> Table | None:
+    """A draft run's per-cell diagnostics (results/draft-diagnostics.jsonl) as a table, or None
+    for a frozen run. Read back from the file the evaluator wrote: what is shown is evidence."""
+    from runner.evaluator.core.bounded import RESULT_FILE_CAP, read_bounded
+    from runner.evaluator.publish.diagnostics import (
+        DIAGNOSTICS_FILE,
+        DRAFT_NOTE,
+        CellDiagnostic,
+        exit_text,
+        last_line,
+    )
+
+    path = run_dir / "results" / DIAGNOSTICS_FILE
+    if not path.is_file():
+        return None
+    rows = [
+        CellDiagnostic.model_validate_json(line)
+        for line in read_bounded(path, RESULT_FILE_CAP).splitlines()
+        if line
+    ]
+    table = Table(
+        title=f"[bold yellow]{DRAFT_NOTE}[/]: per-cell diagnostics ({path})",
+        caption="no rate, no aggregate, no scorecard: freeze the spec and run it whole for that",
+    )
+    for col in ("subject", "task", "fault", "status", "witnessed", "effects", "tools",
+                "model", "exit", "last output line"):  # fmt: skip
+        table.add_column(col, overflow="fold")
+
+    def num(v: object) -> str:
+        return "-" if v is None else str(v)
+
+    for r in rows:
+        # never got going: no call of any kind, and no launch or a launch that exited non-zero
+        silent = not r.model_calls and not r.tool_calls
+        failed = not r.launches or any(x.exit_code not in (0, None) for x in r.launches)
+        dead = silent and failed
+        style = "bold red" if dead else ("green" if r.status == "COMPLETED" else "")
+        table.add_row(
+            r.subject_id, r.task_id, r.fault_id, num(r.status),
+            "-" if r.witnessed is None else ("yes" if r.witnessed else "[red]no[/]"),
+            f"{num(r.committed_effects)}/{num(r.intended_effects)}",
+            num(r.tool_calls), num(r.model_calls), exit_text(r.launches),
+            escape(last_line(r.launches)), style=style,
+        )  # fmt: skip
+    return table
+
+
 def log(line: str) -> None:
     out.print(line)
 
@@ -126,6 +177,15 @@ def run(
             "stderr.log, events): for debugging an agent; not evidence, `bench sweep` removes it"
         ),
     ] = False,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--only",
+            help="run only these cells, always as a draft (needs --draft): KEY=VALUE[,VALUE]"
+            "[,KEY=...] with KEY task, fault (an id, or none/baseline), subject, seed; "
+            "repeatable (keys AND, values of one key OR)",
+        ),
+    ] = None,
 ) -> None:
     """Run a spec's preregistered matrix and write evidence, then scorecards or reports."""
     from runner.evaluator.core.errors import InputError
@@ -154,6 +214,7 @@ def run(
         cluster=where,
         shard=part,
         keep_subject_dirs=keep_subject_dirs,
+        only=only or (),
     )
     run_dir = outcome.run_dir
     if outcome.subject_dirs is not None:
@@ -166,6 +227,9 @@ def run(
         )
         return
     out.print(summary_table(outcome.results))
+    diagnostics = draft_diagnostics_table(run_dir)
+    if diagnostics is not None:
+        out.print(diagnostics)
     comparison = run_dir / "results" / "comparison.md"
     if comparison.exists():
         out.print(comparison.read_text())

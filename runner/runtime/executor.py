@@ -100,7 +100,11 @@ class MatrixRun:
         run_id: str,
         allow_draft: bool,
         workload: Workload,
+        *,
+        draft_only: bool = False,
     ) -> MatrixRun:
+        """`draft_only` (a subset run, `--only`): the run records no freeze even when the spec
+        is frozen, so its evidence stays a draft's for good (resumed in full, too)."""
         spec = load_spec(spec_path)
         matrix = resolve(spec)
         root = project_root()
@@ -131,7 +135,9 @@ class MatrixRun:
             identities=ids,
             slots=matrix.slots,
             contracts=list(contracts.values()),
-            freeze_record=record if state is freezing.ProtocolStatus.FROZEN else None,
+            freeze_record=(
+                record if state is freezing.ProtocolStatus.FROZEN and not draft_only else None
+            ),
         )
         write_protocol(run_dir, rp)
         return cls(spec_path, run_dir, spec, rp, workload, launchers)
