@@ -23,6 +23,7 @@ from runner.evaluator.protocol.subjects import (
 )
 from runner.evaluator.protocol.witness import WitnessContract, WitnessVerdict
 from runner.evaluator.publish.compare import Comparison
+from runner.evaluator.publish.diagnostics import CellDiagnostic
 from runner.evaluator.publish.models import (
     CellHistory,
     CellScore,
@@ -54,6 +55,7 @@ MODELS: dict[str, type[BaseModel]] = {
     "publishable-scorecard": PublishableScorecard,
     "cell-score": CellScore,  # one line of a scorecard's cell-scores.jsonl
     "cell-history": CellHistory,  # one line of a report's cell-history.jsonl
+    "draft-diagnostic": CellDiagnostic,  # one line of a draft's results/draft-diagnostics.jsonl
     "comparison": Comparison,
     "registry-entry": RegistryEntry,
     "run-signature-predicate": RunPredicate,  # signatures/run.dsse.json's in-toto predicate

@@ -21,7 +21,7 @@ from runner.evaluator.evidence.journal import BLOBS, JOURNALS, read_journal
 from runner.evaluator.protocol.faultkinds import NO_FAULT
 from runner.evaluator.protocol.matrix import Slot, cell_id
 from runner.evaluator.protocol.runfile import PROTOCOL_FILE, RunProtocol, read_protocol
-from runner.evaluator.publish.diagnostics import DIAGNOSTICS_FILE
+from runner.evaluator.publish.diagnostics import DIAGNOSTICS_FILE, CellDiagnostic, is_draft
 
 from .timeline import CellTimeline, attempt_events, build_timeline
 
@@ -130,8 +130,11 @@ def load_run(run_dir: Path, timelines: bool = True) -> RunView:
         sv.witnessed_faults = sum(1 for c in faulted if c.witnessed)
     cmp_path = run_dir / RESULTS / "comparison.json"
     comparison = _json(cmp_path) if cmp_path.is_file() else None
+    # a frozen run's outcomes stay sealed: a diagnostics file there is not the evaluator's
     diag_path = run_dir / RESULTS / DIAGNOSTICS_FILE
-    diagnostics = _jsonl(diag_path) if diag_path.is_file() else []
+    diagnostics = []
+    if is_draft(rp) and diag_path.is_file():
+        diagnostics = [CellDiagnostic.model_validate(x).model_dump() for x in _jsonl(diag_path)]
     return RunView(run_dir, rp, subjects, comparison, tasks, kinds, diagnostics)
 
 
