@@ -16,6 +16,7 @@ from tests.evidence.synth import Run
 
 DIAG = "results/draft-diagnostics.jsonl"
 MD = "results/draft-diagnostics.md"
+TYPO = "env: 'pythno': No such file or directory"
 
 
 def _draft(tmp: Path, frozen: bool = False) -> Run:
@@ -29,7 +30,7 @@ def _draft(tmp: Path, frozen: bool = False) -> Run:
     with r.store.journal(f"{cell[7:23]}-a1") as j:
         j.append(SubjectExit(cell_id=cell, attempt=1, pid=7, start_time="1", exited=True,
                              exit_code=127, signaled=False, term_signal=None, restart_index=0,
-                             stderr_tail="env: 'pythno': No such file or directory",
+                             stderr_tail=TYPO,
                              stdout_tail=None))  # fmt: skip
     return r
 
@@ -42,9 +43,9 @@ def test_a_draft_gets_per_cell_diagnostics_that_verify_rederives(tmp_path: Path)
     assert len(rows) == 3 and {x["subject_id"] for x in rows} == {"a"}
     assert all(x["note"] == DRAFT_NOTE for x in rows)
     broken = next(x for x in rows if x["launches"])
-    assert broken["launches"] == [{"launch": 0, "exit_code": 127, "signal": None,
-                                   "stdout_tail": None,
-                                   "stderr_tail": "env: 'pythno': No such file or directory"}]  # fmt: skip
+    assert broken["launches"] == [
+        {"launch": 0, "exit_code": 127, "signal": None, "stdout_tail": None, "stderr_tail": TYPO}
+    ]
     assert broken["status"] in {"FAILED", "SUBJECT_PRE_TRIGGER_FAILURE"}
     ok = [x for x in rows if x["status"] == "COMPLETED"]
     assert ok and all(x["tool_calls"] == 8 and x["model_calls"] == 0 for x in ok)
@@ -56,9 +57,7 @@ def test_a_draft_gets_per_cell_diagnostics_that_verify_rederives(tmp_path: Path)
     write_results(r.run_dir, files)
     assert verify(r.run_dir, evaluator_digest()) == []
     (r.run_dir / MD).write_text(md.replace("exit 127", "exit 0"))
-    assert f"{MD}: differs from what the evidence derives" in verify(
-        r.run_dir, evaluator_digest()
-    )
+    assert f"{MD}: differs from what the evidence derives" in verify(r.run_dir, evaluator_digest())
     (r.run_dir / MD).write_text(md)
     html = render_html(load_run(r.run_dir))
     assert 'id="draft-diagnostics"' in html and "pythno" in html and DRAFT_NOTE in html
