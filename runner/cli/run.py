@@ -97,9 +97,10 @@ class ClusterView:
         self._update(worker, int(cell_finished), 1, -1)
 
 
-def draft_diagnostics_table(run_dir: Path) -> Table | None:
-    """A draft run's per-cell diagnostics (results/draft-diagnostics.jsonl) as a table, or None
-    for a frozen run. Read back from the file the evaluator wrote: what is shown is evidence."""
+def print_draft_diagnostics(run_dir: Path) -> bool:
+    """Print a draft run's per-cell diagnostics (results/draft-diagnostics.jsonl): a table, then
+    each cell's last output line (unwrapped, to be read or copied whole). False for a frozen run
+    (no such file). Read back from the file the evaluator wrote: what is shown is evidence."""
     from runner.evaluator.core.bounded import RESULT_FILE_CAP, read_bounded
     from runner.evaluator.publish.diagnostics import (
         DIAGNOSTICS_FILE,
@@ -111,37 +112,46 @@ def draft_diagnostics_table(run_dir: Path) -> Table | None:
 
     path = run_dir / "results" / DIAGNOSTICS_FILE
     if not path.is_file():
-        return None
+        return False
     rows = [
         CellDiagnostic.model_validate_json(line)
         for line in read_bounded(path, RESULT_FILE_CAP).splitlines()
         if line
     ]
     table = Table(
-        title=f"[bold yellow]{DRAFT_NOTE}[/]: per-cell diagnostics ({path})",
+        title=f"[bold yellow]{DRAFT_NOTE}[/]: per-cell diagnostics",
         caption="no rate, no aggregate, no scorecard: freeze the spec and run it whole for that",
     )
-    for col in ("subject", "task", "fault", "status", "witnessed", "effects", "tools",
-                "model", "exit", "last output line"):  # fmt: skip
-        table.add_column(col, overflow="fold")
+    for col in ("subject", "task", "fault", "seed", "status"):
+        table.add_column(col, overflow="fold", min_width=4 if col == "seed" else 8)
+    # short values, kept whole (the ids fold instead): witnessed, effects committed/intended,
+    # tool calls, model calls, each launch's exit
+    for col in ("witn.", "effects", "tools", "model", "exit"):
+        table.add_column(col, no_wrap=True)
 
     def num(v: object) -> str:
         return "-" if v is None else str(v)
 
+    lines = []
     for r in rows:
         # never got going: no call of any kind, and no launch or a launch that exited non-zero
         silent = not r.model_calls and not r.tool_calls
         failed = not r.launches or any(x.exit_code not in (0, None) for x in r.launches)
-        dead = silent and failed
-        style = "bold red" if dead else ("green" if r.status == "COMPLETED" else "")
+        style = "bold red" if silent and failed else ("green" if r.status == "COMPLETED" else "")
         table.add_row(
-            r.subject_id, r.task_id, r.fault_id, num(r.status),
-            "-" if r.witnessed is None else ("yes" if r.witnessed else "[red]no[/]"),
+            r.subject_id, r.task_id, r.fault_id, str(r.seed), num(r.status),
+            "-" if r.witnessed is None else ("yes" if r.witnessed else "no"),
             f"{num(r.committed_effects)}/{num(r.intended_effects)}",
-            num(r.tool_calls), num(r.model_calls), exit_text(r.launches),
-            escape(last_line(r.launches)), style=style,
+            num(r.tool_calls), num(r.model_calls), exit_text(r.launches), style=style,
         )  # fmt: skip
-    return table
+        last = last_line(r.launches)
+        if last:
+            lines.append((f"{r.subject_id} · {r.task_id} · {r.fault_id} · seed {r.seed}", last))
+    out.print(table)
+    for where, last in lines:
+        out.print(f"[bold]{escape(where)}[/]: {escape(last[:400])}", soft_wrap=True)
+    out.print(f"{DRAFT_NOTE}: every line in {path} (and .md)", soft_wrap=True)
+    return True
 
 
 def log(line: str) -> None:
@@ -227,9 +237,7 @@ def run(
         )
         return
     out.print(summary_table(outcome.results))
-    diagnostics = draft_diagnostics_table(run_dir)
-    if diagnostics is not None:
-        out.print(diagnostics)
+    print_draft_diagnostics(run_dir)
     comparison = run_dir / "results" / "comparison.md"
     if comparison.exists():
         out.print(comparison.read_text())

@@ -218,11 +218,11 @@ def diagnostics_md(rows: list[CellDiagnostic], registered: int) -> str:
         tails = [x for x in r.launches if x.stderr_tail or x.stdout_tail]
         if not tails and not r.harness_errors and not r.reasons:
             continue
-        out += ["", f"## {r.subject_id} · {r.task_id} · {r.fault_id} · seed {r.seed}", ""]
+        out += ["", f"## {r.subject_id} · {r.task_id} · {r.fault_id} · seed {r.seed}"]
         if r.reasons:
-            out.append("reasons: " + ", ".join(f"`{x}`" for x in r.reasons))
+            out += ["", "reasons: " + ", ".join(f"`{x}`" for x in r.reasons)]
         for e in r.harness_errors:
-            out.append(f"harness error: `{_cell(e)}`")
+            out += ["", f"harness error: `{_cell(e)}`"]
         for x in tails:
             for name, text in (("stderr", x.stderr_tail), ("stdout", x.stdout_tail)):
                 if text:
