@@ -17,7 +17,7 @@ writes them and `bench verify` re-derives them byte for byte like every other re
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import Field
 
@@ -38,7 +38,7 @@ from runner.evaluator.verdict.outcomes import (
     terminal_record,
 )
 
-DRAFT_NOTE = "draft: not a result"
+DRAFT_NOTE: Final = "draft: not a result"
 DIAGNOSTICS_SCHEMA = "afb.draft-diagnostics/1"
 DIAGNOSTICS_FILE = "draft-diagnostics.jsonl"
 DIAGNOSTICS_MD = "draft-diagnostics.md"
