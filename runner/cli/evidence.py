@@ -63,6 +63,9 @@ def evaluate(run_dir: RunDir) -> None:
 
     results = evaluate_and_write(run_dir, out.print)
     out.print(summary_table(results))
+    from runner.cli.run import print_draft_diagnostics
+
+    print_draft_diagnostics(run_dir)  # a draft run's per-cell diagnostics ("not a result")
     out.print(f"results in {run_dir / 'results'}")
     if any(r.scorecard is None for r in results.values()):
         err.print("incomplete evidence: no scorecard for the subjects marked above")
