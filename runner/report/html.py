@@ -19,6 +19,7 @@ import jinja2
 from markupsafe import Markup
 
 from runner.evaluator.protocol.matrix import Slot
+from runner.evaluator.publish.diagnostics import LaunchDiagnostic, last_line
 
 from .load import CellView, RunView, SubjectView, column
 from .timeline import LANES, embed_json
@@ -102,6 +103,11 @@ def _rate(r: Any) -> str:
     return str(r)
 
 
+def _last_line(launches: list[dict[str, Any]]) -> str:
+    """A draft diagnostic's last output line (diagnostics.last_line, over the loaded dicts)."""
+    return last_line([LaunchDiagnostic.model_validate(x) for x in launches])
+
+
 def _num(v: Any) -> str:
     return "n/a" if v is None else str(v)
 
@@ -120,6 +126,7 @@ def stream_html(view: RunView) -> Iterator[str]:
     )
     col = functools.partial(column, view.protocol)
     env.filters["rate"] = _rate
+    env.filters["lastline"] = _last_line
     env.filters["num"] = _num
     css = (TEMPLATES / "report.css").read_text()
     js = (TEMPLATES / "report.js").read_text()
