@@ -87,7 +87,7 @@ def test_a_subset_of_a_frozen_spec_records_no_freeze(tmp_path: Path) -> None:
     evaluation nor a later full `--resume` can mint a scorecard from it."""
     from runner.benchmarks.registry import workload_for
     from runner.runtime.executor import MatrixRun
-    from tests.subjects.agents import make_spec, subject_block
+    from tests.subjects.agents import TASK, make_spec, subject_block
 
     spec = make_spec(tmp_path, subject_block("intent-reconcile"))
     frozen = CliRunner().invoke(app, ["freeze", str(spec)])
@@ -98,3 +98,9 @@ def test_a_subset_of_a_frozen_spec_records_no_freeze(tmp_path: Path) -> None:
     part = MatrixRun.create(spec, tmp_path / "o2", "bbbbbbbb", True, workload, draft_only=True)
     assert part.rp.freeze_record is None
     assert part.rp.identities.protocol_hash == whole.rp.identities.protocol_hash
+    # nor can a subset be taken of a frozen run by resuming it with --only
+    from runner.orchestrate import run_spec
+
+    with pytest.raises(InputError) as e:
+        run_spec(spec, tmp_path / "o3", resume=whole.run_dir, draft=True, only=[f"task={TASK}"])
+    assert "frozen" in str(e.value) and not list(whole.run_dir.glob("journals/*-a*.jsonl"))
