@@ -51,7 +51,9 @@ class Group:
 
 
 def _square(c: CellView, publishable: bool) -> Square:
-    head = f"{c.slot.task_id} · {c.slot.schedule.kind} · seed {c.slot.seed}"
+    sched = c.slot.schedule
+    fault = sched.kind if sched.fault_id == sched.kind else f"{sched.fault_id} ({sched.kind})"
+    head = f"{c.slot.task_id} · {fault} · seed {c.slot.seed}"
     if publishable:
         st = c.status or "none"
         dup = c.duplicate_effects > 0
