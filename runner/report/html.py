@@ -21,7 +21,7 @@ from markupsafe import Markup
 from runner.evaluator.protocol.matrix import Slot
 from runner.evaluator.publish.diagnostics import LaunchDiagnostic, last_line
 
-from .load import CellView, RunView, SubjectView, column
+from .load import CellView, RunView, SubjectView, column_of
 from .timeline import LANES, embed_json
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -126,7 +126,7 @@ def stream_html(view: RunView) -> Iterator[str]:
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
     )
-    col = functools.partial(column, view.protocol)
+    col = column_of(view.protocol)
     env.filters["rate"] = _rate
     env.filters["lastline"] = _last_line
     env.filters["num"] = _num

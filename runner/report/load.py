@@ -10,6 +10,7 @@ that carries the subject's outcomes (see `timeline.py` for which journal records
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,7 +114,8 @@ def load_run(run_dir: Path, timelines: bool = True) -> RunView:
     rp = read_protocol(run_dir)
     slots = rp.slots
     tasks = list(dict.fromkeys(s.task_id for s in slots))
-    kinds = list(dict.fromkeys(column(rp, s) for s in slots))
+    column = column_of(rp)
+    kinds = list(dict.fromkeys(column(s) for s in slots))
     kinds.sort(key=lambda k: k != NO_FAULT)  # stable: the baseline column first
     subjects: list[SubjectView] = []
     owner: dict[str, CellView] = {}
@@ -138,12 +140,12 @@ def load_run(run_dir: Path, timelines: bool = True) -> RunView:
     return RunView(run_dir, rp, subjects, comparison, tasks, kinds, diagnostics)
 
 
-def column(rp: RunProtocol, slot: Slot) -> str:
+def column_of(rp: RunProtocol) -> Callable[[Slot], str]:
     """A cell's heatmap column: its fault id when the spec's strata are by fault id (two faults
     of one kind apart), else its fault kind ("none" for the baseline either way)."""
     if "fault_id" in rp.spec().eligibility.strata:
-        return slot.schedule.fault_id
-    return slot.schedule.kind
+        return lambda slot: slot.schedule.fault_id
+    return lambda slot: slot.schedule.kind
 
 
 def _subject(d: Path, sid: str, h: str, slots: list[Slot]) -> SubjectView:
