@@ -32,8 +32,9 @@ A turn is a scripted turn (`text`, `tool_calls` [{id, name, arguments}]). Per re
    assistant turn (the first request; a user message).
 4. The *status* is what the latest result of a `status_tool` call said: `committed` /
    `not_committed` (its text holds `"committed": true|false`, also JSON-escaped inside another
-   JSON string, as mini-swe-agent's observation carries a command's output), `unknown` (the
-   call failed or the text says neither), `none` (never asked).
+   JSON string, as mini-swe-agent's observation carries a command's output; read whatever the
+   result's class, unless it is a transport failure), `unknown` (a transport failure, or the
+   text says neither), `none` (never asked).
 5. Rules: a rule matches when every predicate of its `when` holds:
    - `tool`: the tool the last result answers (after step 2);
    - `result`: list of classes (`ok`, `error`, `transport`, `none`) the last result is one of;
@@ -403,7 +404,10 @@ class Policy:
         status: StatusClass = "none"
         for r in reversed(conv.results):
             if tools.get(r.call_id) == self.c.status_tool:
-                m = STATUS_RE.search(r.text) if self.classify(r) == "ok" else None
+                # the answer's own flag, whatever the wrapper says (mini-swe-agent reports the
+                # status tool's output with returncode -1: it has no exit code); no flag in a
+                # transport failure or an error text: unknown
+                m = STATUS_RE.search(r.text) if self.classify(r) != "transport" else None
                 status = "unknown"
                 if m is not None:
                     status = "committed" if m.group(1) == "true" else "not_committed"
