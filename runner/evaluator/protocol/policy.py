@@ -64,7 +64,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -77,6 +77,7 @@ StatusClass = Literal["committed", "not_committed", "unknown", "none"]
 PolicyName = Literal["careful", "naive"]
 POLICIES: tuple[PolicyName, ...] = ("careful", "naive")
 PREDICATES = ("tool", "result", "text", "calls", "status")
+TOOL_CACHE = 4096  # memoized (tool name, JSON arguments) -> resolved tool, per loaded cassette
 # `"committed": true`, also escaped inside a JSON string (`\"committed\": true`).
 STATUS_RE = re.compile(r'"committed\\?"\s*:\s*(true|false)')
 
@@ -215,15 +216,13 @@ def _disjoint(a: When, b: When) -> bool:
 # ------------------------------------------------------------------------- the conversation
 
 
-@dataclass(frozen=True)
-class Call:
+class Call(NamedTuple):  # tuples: built per message of every request, so cheap to make
     id: str
     name: str
-    arguments: Mapping[str, Any]
+    arguments: Any  # as the request carries them (a JSON string or an object): see `args`
 
 
-@dataclass(frozen=True)
-class Result:
+class Result(NamedTuple):
     call_id: str
     text: str
     is_error: bool = False
@@ -266,7 +265,8 @@ def _text(content: Any) -> str:
     return "" if content is None else json.dumps(content, sort_keys=True)
 
 
-def _args(raw: Any) -> Mapping[str, Any]:
+def args(raw: Any) -> Mapping[str, Any]:
+    """A call's arguments as an object (decoded only when a command pattern needs them)."""
     if isinstance(raw, dict):
         return raw
     if isinstance(raw, str):
@@ -301,8 +301,8 @@ def conversation(dialect: str, body: Mapping[str, Any]) -> Conversation:
                 text += _text(item.get("content"))
             elif kind in ("function_call", "custom_tool_call"):
                 cid = item.get("call_id")
-                args = item.get("arguments", item.get("input"))
-                calls.append(Call(str(cid), str(item.get("name", "")), _args(args)))
+                raw = item.get("arguments", item.get("input"))
+                calls.append(Call(str(cid), str(item.get("name", "")), raw))
             elif kind in ("function_call_output", "custom_tool_call_output"):
                 conv.result(Result(str(item.get("call_id")), _text(item.get("output"))))
         if in_run:
@@ -323,16 +323,14 @@ def conversation(dialect: str, body: Mapping[str, Any]) -> Conversation:
                 )
                 for b in content:
                     if isinstance(b, dict) and b.get("type") == "tool_use":
-                        calls.append(
-                            Call(str(b.get("id")), str(b.get("name")), _args(b.get("input")))
-                        )
+                        calls.append(Call(str(b.get("id")), str(b.get("name")), b.get("input")))
             else:
                 text = _text(content)
                 for c in m.get("tool_calls") or []:
                     fn = c.get("function") if isinstance(c, dict) else None
                     if isinstance(fn, dict):
                         calls.append(
-                            Call(str(c.get("id")), str(fn.get("name")), _args(fn.get("arguments")))
+                            Call(str(c.get("id")), str(fn.get("name")), fn.get("arguments"))
                         )
             conv.assistant(text, calls)
         elif role == "tool":
@@ -369,6 +367,7 @@ class Policy:
         self._texts = [
             (r, re.compile(r.when.text) if r.when.text else None) for r in cassette.rules
         ]
+        self._tools: dict[tuple[str, str], str] = {}
         self._plan_ids: dict[str, int] = {}
         self._plan_texts: dict[str, int] = {}
         for i, t in enumerate(cassette.plan):
@@ -379,9 +378,25 @@ class Policy:
                 self._plan_texts[t.text] = i
 
     def tool_of(self, call: Call) -> str:
+        """The call's tool after the command patterns; a pure function of (name, arguments),
+        memoized for arguments sent as JSON text: a conversation re-sends every earlier call
+        with each request, so only the newest is resolved afresh."""
+        if not isinstance(call.arguments, str):
+            return self._resolve(call)
+        key = (call.name, call.arguments)
+        tool = self._tools.get(key)
+        if tool is None:
+            if len(self._tools) >= TOOL_CACHE:
+                self._tools.clear()
+            tool = self._tools[key] = self._resolve(call)
+        return tool
+
+    def _resolve(self, call: Call) -> str:
+        decoded: Mapping[str, Any] | None = None
         for alias, rx in self._aliases:
             if call.name == alias.tool:
-                arg = call.arguments.get(alias.argument)
+                decoded = args(call.arguments) if decoded is None else decoded
+                arg = decoded.get(alias.argument)
                 if isinstance(arg, str) and rx.search(arg):
                     return alias.name
         return call.name
