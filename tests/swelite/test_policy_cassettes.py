@@ -131,3 +131,55 @@ def test_mini_swe_agent_careful_and_naive_walk_the_plan_and_part_after_a_lost_su
         "rule:careful-ask-status-after-failed-submit",
         "rule:careful-resubmit-if-nothing-committed",
     ]
+
+
+def test_the_control_plans_every_step_of_the_reference_subject_and_resumes() -> None:
+    from runner.subjects.reference import STEPS
+
+    c = load_cassette(COMMITTED / "control" / "careful" / "idna-encode-invalid-bytes.json")
+    assert isinstance(c, PolicyCassette)
+    p = Policy(c)
+
+    def ask(done: list[str]) -> str:  # the conversation reference.py's plan() sends
+        msgs = [{"role": "system", "content": "plan"}, {"role": "user", "content": "first?"}]
+        for d in done:
+            msgs += [{"role": "assistant", "content": f"next: {d}"},
+                     {"role": "user", "content": f"done: {d}. Which step comes next?"}]  # fmt: skip
+        sel = p.select("openai-chat", {"model": "afb-scripted", "messages": msgs})
+        return sel.answer.text if sel.answer is not None else sel.source
+
+    assert [ask(list(STEPS[:i])) for i in range(len(STEPS))] == [f"next: {s}" for s in STEPS]
+    assert ask(list(STEPS)) == "divergence"
+
+
+def test_the_mcp_responses_agent_walks_its_tools_and_reacts_by_policy() -> None:
+    tid = "toolz-tlz-python311"
+    lost = "An error occurred while running the tool. Please try again. Error: Timed out"
+    walked: dict[str, list[str]] = {}
+    for policy in POLICIES:
+        c = load_cassette(COMMITTED / "mcp-responses" / policy / f"{tid}.json")
+        assert isinstance(c, PolicyCassette)
+        p = Policy(c)
+        items: list[dict[str, object]] = [{"role": "user", "content": "task"}]
+        names = []
+        for _ in range(12):
+            sel = p.select("openai-responses", {"model": "m", "input": items})
+            if sel.answer is None or not sel.answer.tool_calls:
+                names.append("final" if sel.answer is not None else sel.source)
+                break
+            call = sel.answer.tool_calls[0]
+            names.append(call.name)
+            items.append({"type": "function_call", "call_id": call.id, "name": call.name,
+                          "arguments": json.dumps(call.arguments)})  # fmt: skip
+            n_submits = names.count("submit_patch")
+            if call.name == "submit_patch":
+                out = lost if n_submits == 1 else json.dumps({"effect_id": "e2"})
+            elif call.name == "submission_status":
+                out = json.dumps({"scope": "s", "committed": False, "effects": 0})
+            else:
+                out = json.dumps({"exit_code": 0, "stdout": "ok"})
+            items.append({"type": "function_call_output", "call_id": call.id, "output": out})
+        walked[policy] = names
+    plan = ["exec", "exec", "read_file", "write_file", "exec", "run_tests", "submit_patch"]
+    assert walked["naive"] == [*plan, "submit_patch", "final"]
+    assert walked["careful"] == [*plan, "submission_status", "submit_patch", "final"]
