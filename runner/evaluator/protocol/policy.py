@@ -309,37 +309,57 @@ def conversation(dialect: str, body: Mapping[str, Any]) -> Conversation:
             conv.assistant(text, calls)
         return conv
     msgs = body.get("messages")
-    for m in msgs if isinstance(msgs, list) else []:
-        if not isinstance(m, dict):
+    if not isinstance(msgs, list):
+        return conv
+    anthropic = dialect == "anthropic-messages"
+    calls_out, results, texts = conv.calls, conv.results, conv.texts
+    turns, last = 0, conv.last
+    for m in msgs:  # the hot loop of a policy answer: kept flat (one pass, no helpers per item)
+        if type(m) is not dict:
             continue
-        role, content = m.get("role"), m.get("content")
+        role = m.get("role")
         if role == "assistant":
-            calls = []
-            if dialect == "anthropic-messages" and isinstance(content, list):
-                text = "".join(
-                    b.get("text", "")
-                    for b in content
-                    if isinstance(b, dict) and b.get("type") == "text"
-                )
+            turns += 1
+            last = []
+            content = m.get("content")
+            if anthropic and isinstance(content, list):
+                text = ""
                 for b in content:
-                    if isinstance(b, dict) and b.get("type") == "tool_use":
-                        calls.append(Call(str(b.get("id")), str(b.get("name")), b.get("input")))
+                    if type(b) is dict:
+                        kind = b.get("type")
+                        if kind == "text":
+                            text += str(b.get("text", ""))
+                        elif kind == "tool_use":
+                            calls_out.append(
+                                Call(str(b.get("id")), str(b.get("name")), b.get("input"))
+                            )
             else:
-                text = _text(content)
-                for c in m.get("tool_calls") or []:
-                    fn = c.get("function") if isinstance(c, dict) else None
-                    if isinstance(fn, dict):
-                        calls.append(
+                text = content if isinstance(content, str) else _text(content)
+                for c in m.get("tool_calls") or ():
+                    fn = c.get("function") if type(c) is dict else None
+                    if type(fn) is dict:
+                        calls_out.append(
                             Call(str(c.get("id")), str(fn.get("name")), fn.get("arguments"))
                         )
-            conv.assistant(text, calls)
+            if text:
+                texts.append(text)
         elif role == "tool":
-            conv.result(Result(str(m.get("tool_call_id")), _text(content)))
-        elif role == "user" and isinstance(content, list):
-            for b in content:
-                if isinstance(b, dict) and b.get("type") == "tool_result":
-                    err = b.get("is_error") is True
-                    conv.result(Result(str(b.get("tool_use_id")), _text(b.get("content")), err))
+            content = m.get("content")
+            r = Result(
+                str(m.get("tool_call_id")), content if isinstance(content, str) else _text(content)
+            )
+            results.append(r)
+            last.append(r)
+        elif role == "user" and anthropic:
+            content = m.get("content")
+            if isinstance(content, list):
+                for b in content:
+                    if type(b) is dict and b.get("type") == "tool_result":
+                        err = b.get("is_error") is True
+                        r = Result(str(b.get("tool_use_id")), _text(b.get("content")), err)
+                        results.append(r)
+                        last.append(r)
+    conv.turns, conv.last = turns, last
     return conv
 
 
