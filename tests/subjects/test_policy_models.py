@@ -151,3 +151,46 @@ def test_careful_asks_and_does_not_duplicate_naive_resubmits(tmp_path: Path) -> 
     asked = careful_tools.get("submission_status", 0) + careful_tools.get("exec", 0)
     assert asked > baseline_tools.get("exec", 0), (careful_tools, baseline_tools)
     print(json.dumps({f"{k[0]}/{k[1]}": v for k, v in sorted(seen.items())}, indent=1))
+
+
+@pytest.mark.runtime
+@pytest.mark.slow
+def test_the_control_plans_with_its_policy_cassette_under_model_faults(tmp_path: Path) -> None:
+    """reference:intent_reconcile --plan-with-model under the `control` policy cassettes: the
+    plan position is read from its conversation, so a retried (lost, partitioned) model call
+    gets the same answer and every cell completes with one effect."""
+    block = subject_block("intent-reconcile")
+    old = r'cassettes = "swe-lite-agents/control-cassettes"\ndigest = "sha256:[0-9a-f]{64}"'
+    new = (
+        'cassettes = "swe-lite-agents/policies/control/careful"\ndigest = "@d@"\npolicy = "careful"'
+    )
+    block = re.sub(old, new, block)
+    spec = make_spec(
+        tmp_path, block, fault_blocks("lost-model-response", "partition-during-model-call")
+    )
+    folder = spec.parent / "swe-lite-agents" / "policies" / "control" / "careful"
+    folder.mkdir(parents=True)
+    for task_dir in (spec.parent / "swe-lite").iterdir():
+        src = POLICIES / "control" / "careful" / f"{task_dir.name}.json"
+        if src.is_file():
+            shutil.copy(src, folder / src.name)
+    spec.write_text(spec.read_text().replace("@d@", tree_digest(folder)))
+    out = tmp_path / "out"
+    proc = bench("run", str(spec), "--draft", "--out", str(out), "--jobs", "1", timeout=900)
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run_dir,) = list(out.iterdir())
+    seen = {}
+    for rs in attempts(run_dir):
+        (start,) = [r for r in rs if r["type"] == "attempt_started"]
+        (end,) = [r for r in rs if r["type"] == "attempt_ended"]
+        grades = [r for r in rs if r["type"] == "grader_result"]
+        (counts,) = [r for r in rs if r["type"] == "tool_calls"]
+        states = {r["state"] for r in rs if r["type"] == "lifecycle"}
+        if start["fault_id"] != "none":
+            assert "witnessed" in states, (start["fault_id"], states)
+        assert counts["by_tool"].get("model", 0) >= 9
+        seen[start["fault_id"]] = (end["outcome"], grades[0]["committed_effects"])
+    assert seen == {
+        f: ("subject_finished", 1)
+        for f in ("none", "lost-model-response", "partition-during-model-call")
+    }, seen
