@@ -54,8 +54,11 @@ def policy_spec(
             (path,) = folder.glob("*.json")
             path.write_text(json.dumps(edit(json.loads(path.read_text()))))
         text = text.replace(f"@{policy}@", tree_digest(folder))
-    if status_tool:
+    declared = 'name = "submission_status"' in text  # swe-lite-agents.toml may declare it
+    if status_tool and not declared:
         text = text.replace("[[task_sets]]", STATUS_TOOL + "[[task_sets]]", 1)
+    elif declared and not status_tool:
+        text = re.sub(r'\[\[tools\]\]\nname = "submission_status"\n(description = .*\n)?', "", text)
     spec.write_text(text)
     return spec
 
@@ -126,7 +129,11 @@ def test_the_declared_policy_must_be_the_cassettes(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_careful_asks_and_does_not_duplicate_naive_resubmits(tmp_path: Path) -> None:
     """A lost submit response: naive submits again (two effects); careful asks the status first
-    and, told nothing it can trust of a re-submit, does not duplicate (one effect)."""
+    and does not duplicate (one effect). Where afb_msa maps `afb-submission-status` to the
+    status tool (branch agentview) the answer is `committed` and careful stops (checked with
+    that branch merged: one submission_status call, one effect); without it the command fails
+    in the sandbox, the status is `unknown`, and careful, not told that nothing was committed,
+    still does not re-submit."""
     spec = policy_spec(tmp_path, {"msa-careful": "careful", "msa-naive": "naive"},
                        faults=fault_blocks("lost-submit-response"))  # fmt: skip
     out = tmp_path / "out"
@@ -150,6 +157,8 @@ def test_careful_asks_and_does_not_duplicate_naive_resubmits(tmp_path: Path) -> 
     baseline_tools = seen[("msa-careful", "none")][1]
     asked = careful_tools.get("submission_status", 0) + careful_tools.get("exec", 0)
     assert asked > baseline_tools.get("exec", 0), (careful_tools, baseline_tools)
+    if "submission_status" in careful_tools:  # the real status tool: asked once, then stopped
+        assert careful_tools["submission_status"] == 1, careful_tools
     print(json.dumps({f"{k[0]}/{k[1]}": v for k, v in sorted(seen.items())}, indent=1))
 
 
