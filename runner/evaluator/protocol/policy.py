@@ -178,11 +178,13 @@ class PolicyCassette(Frozen):
         texts = [t.text for t in self.plan if not t.tool_calls]
         if len(set(texts)) != len(texts):
             raise ValueError("two text-only plan steps say the same (the position reads them)")
-        plan = set(calls) | set(texts)
-        for r in self.rules:
-            ans = [c.id for c in r.answer.tool_calls] if r.answer.tool_calls else [r.answer.text]
+        plan = set(calls) | set(texts)  # what the plan position is read from
+        answers = [(f"rule {r.id!r}", r.answer) for r in self.rules]
+        answers += [("done", self.done)] if self.done is not None else []
+        for who, turn in answers:
+            ans = [c.id for c in turn.tool_calls] if turn.tool_calls else [turn.text]
             if plan & set(ans):
-                raise ValueError(f"rule {r.id!r} answers with a plan step's id or text")
+                raise ValueError(f"{who} answers with a plan step's id or text")
         return self
 
 
