@@ -40,3 +40,27 @@ def check(
     if not all(r.ok for r in results):
         err.print(f"{sum(not r.ok for r in results)} of {len(results)} tasks fail the check")
         raise typer.Exit(EXIT_INCOMPLETE)
+
+
+@tasks_app.command("cassettes")
+@guarded
+def cassettes(
+    spec: Annotated[
+        Path, typer.Option(help="the spec whose task sets are written (e.g. specs/swe-lite.toml)")
+    ] = Path("specs/swe-lite.toml"),
+    into: Annotated[
+        Path,
+        typer.Option("--out", help="folder: <subject kind>/<policy>/<task id>.json under it"),
+    ] = Path("specs/swe-lite-agents/policies"),
+) -> None:
+    """Write the swe-lite policy cassettes: per subject kind (mini-swe-agent, control,
+    mcp-responses), per model policy (careful, naive), per task; then each folder's digest
+    (a spec's `model.digest`)."""
+    from runner.benchmarks.swe_lite.cassettes import write_policy_cassettes
+    from runner.evaluator.protocol.subjects import tree_digest
+
+    if not spec.is_file():
+        raise InputError("no such spec", file=str(spec))
+    written = write_policy_cassettes(spec, into)
+    for folder in sorted({p.parent for p in written}):
+        out.print(f"{tree_digest(folder)}  {folder}")

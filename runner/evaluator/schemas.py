@@ -13,6 +13,7 @@ from runner.evaluator.protocol.cassette import Cassette
 from runner.evaluator.protocol.freeze import FreezeRecord
 from runner.evaluator.protocol.identities import Identities
 from runner.evaluator.protocol.matrix import Cell, Slot
+from runner.evaluator.protocol.policy import PolicyCassette
 from runner.evaluator.protocol.runfile import RunProtocol
 from runner.evaluator.protocol.spec import Spec
 from runner.evaluator.protocol.subjects import (
@@ -68,6 +69,7 @@ MODELS: dict[str, type[BaseModel]] = {
     "witness-contract": WitnessContract,
     "witness-verdict": WitnessVerdict,
     "model-cassette": Cassette,  # the model proxy's recorded / scripted answers
+    "model-policy-cassette": PolicyCassette,  # answers chosen by rules over the request
     "subject-command-config": CommandConfig,  # [[subjects]].config of agent "command:..."
     "subject-mini-swe-agent-config": MiniSweAgentConfig,  # ... of "mini-swe-agent:..."
     "subject-reference-config": ReferenceConfig,  # ... of "reference:..."

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ValidationError
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.inputs import project_root
 from runner.evaluator.protocol.cassette import load_cassette
+from runner.evaluator.protocol.policy import PolicyCassette, check_policy
 from runner.evaluator.protocol.spec import Spec, Subject
 from runner.evaluator.protocol.specload import spec_base
 from runner.evaluator.protocol.subjects import (
@@ -140,7 +141,8 @@ class ReferenceAdapter:
                 "config.strategy"
             )
         cfg = typed_config(subject, ReferenceConfig)
-        plans = model_plans(cfg.model, ctx) if cfg.model is not None else None
+        # the planning control's model is given no tools: it answers `next: <step>`
+        plans = model_plans(cfg.model, ctx, frozenset()) if cfg.model is not None else None
         script = str(self.public_script())
         planning = ["--plan-with-model"] if plans is not None else []
 
@@ -177,8 +179,17 @@ class ReferenceAdapter:
 # ------------------------------------------------------------------- shared: model, environment
 
 
-def model_plans(model: ModelSection, ctx: ResolveContext) -> Callable[[str], ModelProxyPlan]:
-    """Check the model section against the files and the host env; per task, its proxy plan."""
+# The tools each adapter's model is given, for the policy cassettes' tool check (None: any).
+MINI_SWE_AGENT_MODEL_TOOLS = frozenset({"bash"})
+
+
+def model_plans(
+    model: ModelSection, ctx: ResolveContext, model_tools: frozenset[str] | None = None
+) -> Callable[[str], ModelProxyPlan]:
+    """Check the model section against the files and the host env; per task, its proxy plan.
+
+    `model_tools`: the tools the subject's model is given (a policy cassette's rules may name
+    only these and, through its `commands`, the spec's tools)."""
     if model.mode in ("live", "record"):
         assert model.key_env is not None
         if not os.environ.get(model.key_env):
@@ -208,7 +219,22 @@ def model_plans(model: ModelSection, ctx: ResolveContext) -> Callable[[str], Mod
                 raise InputError(f"no cassette for task {task_id!r}", file=str(path))
             cassette = load_cassette(path)  # InputError naming the file and the entry
             want = "recorded" if model.mode == "replay" else "scripted"
-            if cassette.kind != want:
+            if isinstance(cassette, PolicyCassette) and model.mode == "scripted":
+                check_policy(
+                    cassette,
+                    source=str(path),
+                    model_tools=model_tools,
+                    spec_tools=frozenset(t.name for t in ctx.spec.tools),
+                    declared=model.policy,
+                )
+            elif model.policy is not None:
+                raise InputError(
+                    f"model.policy {model.policy!r} is served by a policy cassette; this one "
+                    f"is {cassette.kind!r}",
+                    file=str(path),
+                    key="kind",
+                )
+            elif cassette.kind != want:
                 raise InputError(
                     f"model mode {model.mode!r} serves a {want} cassette; this one is "
                     f"{cassette.kind!r}",
@@ -250,7 +276,8 @@ class CommandAdapter:
     def resolve(self, subject: Subject, ctx: ResolveContext) -> Launch:
         cfg = typed_config(subject, CommandConfig)
         built = ensure_built(cfg.environment, root=ctx.root) if cfg.environment else None
-        plans = model_plans(cfg.model, ctx) if cfg.model is not None else None
+        tools = frozenset(t.name for t in ctx.spec.tools)  # what MCP / the HTTP API serve it
+        plans = model_plans(cfg.model, ctx, tools) if cfg.model is not None else None
         argv = [_expand(a, built) for a in cfg.argv]
         env = {k: _expand(v, built) for k, v in cfg.env.items()}
 
@@ -301,7 +328,7 @@ class MiniSweAgentAdapter:
                 "(the environment class)",
                 key="environment.project",
             )
-        plans = model_plans(cfg.model, ctx)
+        plans = model_plans(cfg.model, ctx, MINI_SWE_AGENT_MODEL_TOOLS)
         argv0 = [
             str(built.python), "-m", "minisweagent.run.mini",
             "-c", "mini.yaml",

@@ -109,9 +109,18 @@ class ModelSection(StrictFrozen):
     key_env: EnvName | None = Field(
         default=None, description="live/record: the harness variable holding the upstream key"
     )
+    policy: Literal["careful", "naive"] | None = Field(
+        default=None,
+        description="the model policy, a controlled factor: careful (after an uncertain or "
+        "failed irreversible call, ask its status first; re-submit only if nothing was "
+        "committed) or naive (re-submit after any error); scripted mode, policy cassettes "
+        "declaring the same policy. Absent: no policy (the spec text enters the subject hash)",
+    )
 
     @model_validator(mode="after")
     def _complete(self) -> ModelSection:
+        if self.policy is not None and self.mode != "scripted":
+            raise ValueError("model.policy is served by policy cassettes: mode 'scripted'")
         if self.mode in ("scripted", "replay") and (self.cassettes is None or self.digest is None):
             raise ValueError(f"model mode {self.mode!r} needs cassettes and digest")
         if self.mode in ("live", "record") and (self.upstream is None or self.key_env is None):

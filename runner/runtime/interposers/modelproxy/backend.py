@@ -7,7 +7,9 @@ phases. Per request: the dialect from the path, then
 - `live` / `record`: forward to the provider's upstream (`upstream.py`); `record` also keeps
   the exchange (normalized request, occurrence, exact response bytes) for the cassette;
 - `replay`: look the (request key, occurrence) up in the recorded cassette;
-- `scripted`: answer turn N (N = assistant turns already in the conversation) of the script.
+- `scripted`: answer turn N (N = assistant turns already in the conversation) of the script;
+  a `policy` cassette instead answers what its rules choose for the request
+  (runner/evaluator/protocol/policy.py), rendered like a scripted turn.
 
 A replay miss or a turn beyond the script is a divergence: a `ProxyEvent`, and a 422 with
 `x-should-retry: false` (the SDKs then do not retry) and an error body naming the request key.
@@ -42,6 +44,7 @@ from runner.evaluator.protocol.cassette import (
     normalize_request,
     request_key,
 )
+from runner.evaluator.protocol.policy import Policy, PolicyCassette
 from runner.runtime.interposers.modelproxy import dialects as D
 from runner.runtime.interposers.modelproxy.upstream import Forwarder, UpstreamFailure
 
@@ -84,12 +87,13 @@ class BackendState:
     def __init__(
         self,
         mode: Mode,
-        cassette: Cassette | None,
+        cassette: Cassette | PolicyCassette | None,
         forwarder: Forwarder | None,
         on_event: Callable[[ProxyEvent], None] | None,
     ) -> None:
         self.mode = mode
         self.cassette = cassette
+        self.policy = Policy(cassette) if isinstance(cassette, PolicyCassette) else None
         self.forwarder = forwarder
         self.on_event = on_event
         self._lock = threading.Lock()
@@ -140,8 +144,15 @@ class BackendState:
             if self.mode == "record":
                 self._record(dialect, key, occurrence, norm, status, ctype, data)
             source = "upstream"
+        elif self.policy is not None:
+            chosen = self.policy.select(dialect, body)
+            if chosen.answer is None:
+                why = f"no rule matches, the plan's {len(self.policy.c.plan)} steps are issued"
+                return self._fail("divergence", DIVERGENCE_STATUS, why, ref)
+            ctype, data = D.render(dialect, turn, chosen.answer, body, self.policy.c.model)
+            status, source = 200, "policy"
         elif self.mode == "replay":
-            assert self.cassette is not None
+            assert isinstance(self.cassette, Cassette)
             hit = self.cassette.lookup(key, occurrence)
             if hit is None:
                 why = f"no recorded answer for request {key} occurrence {occurrence}"
@@ -149,7 +160,7 @@ class BackendState:
             status, ctype = hit.response.status, hit.response.content_type
             data, source = hit.response.body_bytes(), "cassette"
         else:
-            assert self.cassette is not None
+            assert isinstance(self.cassette, Cassette)
             if turn >= len(self.cassette.turns):
                 why = f"turn {turn} is beyond the script's {len(self.cassette.turns)} turns"
                 return self._fail("divergence", DIVERGENCE_STATUS, why, ref)

@@ -29,6 +29,7 @@ import h11
 
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.protocol.cassette import CASSETTE_VERSION, Cassette, RecordedExchange
+from runner.evaluator.protocol.policy import PolicyCassette
 from runner.runtime.attempt.triggers import EventSink
 from runner.runtime.interposers.modelproxy import dialects as D
 from runner.runtime.interposers.modelproxy.backend import (
@@ -93,7 +94,7 @@ class ModelProxy:
         self,
         mode: Mode,
         *,
-        cassette: Cassette | None = None,
+        cassette: Cassette | PolicyCassette | None = None,
         upstreams: Mapping[str, Upstream] | None = None,
         sink: EventSink | None = None,
         on_event: Callable[[ProxyEvent], None] | None = None,
@@ -105,7 +106,8 @@ class ModelProxy:
         if mode not in MODES:
             raise InputError(f"unknown model proxy mode {mode!r}; expected one of {MODES}")
         want = {"replay": "recorded", "scripted": "scripted"}.get(mode)
-        if want is not None and (cassette is None or cassette.kind != want):
+        kinds = {"scripted": ("scripted", "policy")}.get(mode, (want,))
+        if want is not None and (cassette is None or cassette.kind not in kinds):
             got = "none" if cassette is None else f"a {cassette.kind} one"
             raise InputError(f"{mode} mode needs a {want} cassette, got {got}", key="cassette")
         if want is None and cassette is not None:
