@@ -318,14 +318,30 @@ class TruthTally:
             exposed_irreversible_cells=n,
             told=dict(self.told),
             join=dict(self.join),
-            truthful=Ratio(
-                numerator=self.join["truthful"], denominator=n,
-                value=round(self.join["truthful"] / n, 6),
-            ) if n else None,
+            truthful=_ratio(self.join["truthful"], n),
             duplicate_effects=sum(a.values()),
             attribution=dict(a),
             framework_duplicates=framework,
         )  # fmt: skip
+
+
+def sum_truth(parts: list[TruthMeasures]) -> TruthMeasures:
+    """One group's measures from those of disjoint groups (the comparison's overall)."""
+    n = sum(p.exposed_irreversible_cells for p in parts)
+    joined = {k: sum(p.join.get(k, 0) for p in parts) for k in JOIN}
+    return TruthMeasures(
+        exposed_irreversible_cells=n,
+        told={k: sum(p.told.get(k, 0) for p in parts) for k in TOLD},
+        join=joined,
+        truthful=_ratio(joined["truthful"], n),
+        duplicate_effects=sum(p.duplicate_effects for p in parts),
+        attribution={k: sum(p.attribution.get(k, 0) for p in parts) for k in ATTRIBUTION},
+        framework_duplicates=sum(p.framework_duplicates for p in parts),
+    )
+
+
+def _ratio(n: int, d: int) -> Ratio | None:
+    return Ratio(numerator=n, denominator=d, value=round(n / d, 6)) if d else None
 
 
 def subject_facts(config: Mapping[str, Any]) -> tuple[bool, str | None]:
