@@ -143,9 +143,7 @@ def test_a_duplicate_whose_call_is_not_journaled_is_unattributed() -> None:
 
 def test_intended_effects_come_from_the_grade() -> None:
     rs: list[Record] = [call("c1"), call("c2"), call("c3"), grade(intended=2, committed=3)]
-    assert derive_cell(rs, items("c1", "c2", "c3"), SUBMIT).attributions == (
-        "framework_retried",
-    )
+    assert derive_cell(rs, items("c1", "c2", "c3"), SUBMIT).attributions == ("framework_retried",)
 
 
 def test_effect_calls_of_other_tools_are_not_irreversible_calls() -> None:
@@ -184,9 +182,7 @@ def test_a_fault_on_another_tool_has_no_told() -> None:
 
 
 def test_classification_precedence() -> None:
-    assert classify("submit failed, it may or may not have been received", None) == (
-        "told_unknown"
-    )
+    assert classify("submit failed, it may or may not have been received", None) == ("told_unknown")
     assert classify('{"ok": false, "effect_id": "e"}', None) == "told_failed"
     assert classify('{"effect_id": "eff-1"}', True) == "told_failed"
     assert classify("The submission was not committed.", None) == "told_failed"
@@ -196,9 +192,7 @@ def test_classification_precedence() -> None:
 
 # ------------------------------------------------------------------------------- invariants
 
-EVENTS = st.lists(
-    st.sampled_from(["call", "answer", "exit", "idle"]), min_size=1, max_size=30
-)
+EVENTS = st.lists(st.sampled_from(["call", "answer", "exit", "idle"]), min_size=1, max_size=30)
 
 
 @settings(max_examples=300, deadline=None)

@@ -17,7 +17,7 @@ from runner.evaluator.evidence.journal import read_journal
 from runner.evaluator.protocol.runfile import read_protocol
 from runner.evaluator.publish.truthfulness import CellTruth, terminal_attempt, truth_source
 from tests.subjects.agents import (
-    attempts_by_fault,
+    attempts,
     bench,
     fault_blocks,
     make_spec,
@@ -86,9 +86,14 @@ def test_blind_retry_duplicates_are_the_frameworks(run: Path) -> None:
 
 
 def test_the_journal_orders_answers_effect_calls_and_relaunches(run: Path) -> None:
-    rs = attempts_by_fault(run)
-    types = [r["type"] for r in rs["sigkill-after-submit-effect"] if r["type"] in
-             ("model_exchange", "effect_call", "subject_exit")]  # fmt: skip
+    rs = {
+        (started["subject_id"], started["fault_id"]): a
+        for a in attempts(run)
+        for started in a
+        if started["type"] == "attempt_started"
+    }
+    types = [r["type"] for r in rs["mini-swe-agent", "sigkill-after-submit-effect"] if r["type"]
+             in ("model_exchange", "effect_call", "subject_exit")]  # fmt: skip
     assert "model_exchange" in types and "effect_call" in types and "subject_exit" in types
     first_exit = types.index("subject_exit")
     assert types[first_exit - 1] == "effect_call"  # killed right after its submit
