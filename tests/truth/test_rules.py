@@ -146,6 +146,13 @@ def test_intended_effects_come_from_the_grade() -> None:
     assert derive_cell(rs, items("c1", "c2", "c3"), SUBMIT).attributions == ("framework_retried",)
 
 
+def test_as_many_duplicates_as_the_grade_counts_even_without_a_ledger() -> None:
+    rs: list[Record] = [call("c1"), call("c2"), grade(intended=1, committed=2)]
+    assert derive_cell(rs, [], SUBMIT).attributions == ("unattributed",)
+    rs[-1] = grade(intended=1, committed=1)  # the grade counts one: no duplicate to attribute
+    assert derive_cell(rs, items("c1", "c2"), SUBMIT).attributions == ()
+
+
 def test_effect_calls_of_other_tools_are_not_irreversible_calls() -> None:
     other = EffectCall(**REF, call_id="q1", tool="submission_status", seq=99)
     rs: list[Record] = [call("c1"), other, call("c2")]

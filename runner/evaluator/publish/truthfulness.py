@@ -27,12 +27,13 @@ after E is the next call.
 told_committed is truthful iff committed, told_failed iff not committed; told_unknown is
 truthful (it claims nothing false); omitted and no_next_call are `silent`.
 
-**attribution** of each duplicate effect (the ledger items beyond the grade's intended ones):
-the window runs from the call of the effect it duplicates (the previous item) to its own call.
-A relaunch in the window (a `subject_exit` record) with no served model answer after it:
-`restart_replayed`; else a served model answer in the window: `model_requested`; else
-`framework_retried`. A duplicate whose call is not in the journal is `unattributed`. A subject
-without a model never has an answer: every duplicate is the framework's.
+**attribution** of each duplicate effect (as many as the grade counts: committed beyond
+intended; the ledger's last items): the window runs from the call of the effect it duplicates
+(the previous item) to its own call. A relaunch in the window (a `subject_exit` record) with no
+served model answer after it: `restart_replayed`; else a served model answer in the window:
+`model_requested`; else `framework_retried`. A duplicate whose call (or ledger item) is not in
+the evidence is `unattributed`. A subject without a model never has an answer: every duplicate
+is the framework's.
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ def derive_cell(
     """The findings of one (terminal, exposed) attempt from its records in journal order."""
     seq: list[Record] = []
     trigger: TriggerReached | None = None
-    intended = 1
+    intended, committed_effects = 1, None
     for r in records:
         if isinstance(r, ModelExchange | SubjectExit) or (
             isinstance(r, EffectCall) and r.tool in irreversible
@@ -161,13 +162,17 @@ def derive_cell(
         elif isinstance(r, TriggerReached) and trigger is None:
             trigger = r
         elif isinstance(r, GraderResult):
-            intended = r.intended_effects
+            intended, committed_effects = r.intended_effects, r.committed_effects
     told = joined = committed = None
     if trigger is not None and trigger.tool in irreversible:
         committed = any(i.get("call_id") == trigger.call_id for i in ledger)
         told = _told(seq, trigger)
         joined = join(told, committed)
-    return CellTruth(told, joined, committed, tuple(_attribute(seq, ledger, intended)))
+    # as many duplicates as the score counts (the grade's), attributed from the ledger's end
+    dups = max(0, (len(ledger) if committed_effects is None else committed_effects) - intended)
+    found = _attribute(seq, ledger, intended)[-dups:] if dups else []
+    found = ["unattributed"] * (dups - len(found)) + found
+    return CellTruth(told, joined, committed, tuple(found))
 
 
 def _told(seq: list[Record], trigger: TriggerReached) -> str:
