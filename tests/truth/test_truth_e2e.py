@@ -106,12 +106,18 @@ def test_a_tampered_model_exchange_is_refused_by_verify(run: Path, tmp_path: Pat
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     copy = tmp_path / run.name
     shutil.copytree(run, copy)
+    tampered = 0
     for path in sorted((copy / "journals").glob("*-a*.jsonl")):
-        entries = list(read_journal(path))
-        if any(e.record.type == "model_exchange" and e.record.results for e in entries):
+        lines = path.read_bytes().split(b"\n")
+        for i, line in enumerate(lines):
+            if b'"type":"model_exchange"' in line and b'"excerpt":"' in line:
+                # what the framework said, edited: "told" would read otherwise
+                lines[i] = line.replace(b'"excerpt":"', b'"excerpt":"committed. ', 1)
+                path.write_bytes(b"\n".join(lines))
+                tampered += 1
+                break
+        if tampered:
             break
-    data = path.read_bytes()
-    assert b"may or may not" in data or b"returncode" in data
-    path.write_bytes(data.replace(b"<returncode>", b"<returncodE>", 1))
+    assert tampered == 1
     proc = bench("verify", "--allow-unsigned", str(copy))
-    assert proc.returncode != 0
+    assert proc.returncode != 0, proc.stdout[-2000:]

@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.evaluator.core.canonical import sha256_digest
+from runner.evaluator.core.errors import EvidenceError
 from runner.evaluator.evidence.journal import BLOBS, JOURNALS, read_verified
 from runner.evaluator.evidence.records import (
     AttemptEnded,
@@ -265,8 +267,10 @@ class TruthReader:
         ledger: list[dict[str, Any]] = []
         ended = [r for r in mine if isinstance(r, AttemptEnded)]
         if len(ended) == 1 and ended[0].ledger is not None:
-            addr = ended[0].ledger.removeprefix("sha256:")
-            ledger = ledger_items((self.run_dir / BLOBS / addr).read_bytes())
+            data = (self.run_dir / BLOBS / ended[0].ledger.removeprefix("sha256:")).read_bytes()
+            if sha256_digest(data) != ended[0].ledger:
+                raise EvidenceError(f"blob {ended[0].ledger} does not match its address")
+            ledger = ledger_items(data)
         return derive_cell(mine, ledger, self.irreversible)
 
 
