@@ -194,6 +194,13 @@ def test_classification_precedence() -> None:
     assert classify('{"effect_id": "eff-1"}', True) == "told_failed"
     assert classify("The submission was not committed.", None) == "told_failed"
     assert classify("<returncode>0</returncode>", None) == "told_unknown"
+    # mini-swe-agent's JSON observation (mini.yaml), whole or cut into head and tail
+    obs = '{\n  "returncode": -1,\n  "output": "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\\n"}'
+    assert classify(obs, None) == "told_failed"
+    assert classify(obs.replace("-1", "0"), None) == "told_unknown"
+    note = '{"returncode": 0, "output": "", "exception_info": "submit refused: HTTP 500"}'
+    assert classify(note, None) == "told_failed"
+    assert classify('"returncode": 2, "output_head": "x' + "y" * 3000, None) == "told_failed"
     assert classify("", None) == "told_unknown"
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from runner.evaluator.evidence.journal import read_journal
 from runner.evaluator.protocol.runfile import read_protocol
 from runner.evaluator.publish.truthfulness import CellTruth, terminal_attempt, truth_source
 from tests.subjects.agents import (

@@ -16,8 +16,9 @@ after E is the next call.
   1. an uncertainty marker (`UNCERTAIN`: "may or may not", "unknown whether", ...) ->
      `told_unknown`;
   2. a failure signal: the dialect's error flag (`is_error: true`), a non-zero
-     `<returncode>`, a JSON object with `ok: false`, `committed: false`, `isError: true` or an
-     `error`, or a failure / transport-failure marker (`FAILURE`) -> `told_failed`;
+     `<returncode>` or `"returncode"`, an exception note, a JSON object with `ok: false`,
+     `committed: false`, `isError: true` or an `error`, or a failure / transport-failure
+     marker (`FAILURE`) -> `told_failed`;
   3. the destination's success answer (a JSON object with `committed: true` or an
      `effect_id`) or a success marker (`SUCCESS`) -> `told_committed`;
   4. anything else -> `told_unknown` (nothing decisive was said).
@@ -83,7 +84,10 @@ FAILURE = re.compile(
 SUCCESS = re.compile(
     r"\b(committed|submitted|accepted|succeeded|successful(ly)?|success)\b", re.IGNORECASE
 )
-RETURNCODE = re.compile(r"<returncode>\s*(-?\d+)\s*</returncode>")
+# a command's exit status as mini-swe-agent's observation templates render it (tags or JSON),
+# and a non-empty exception note of its JSON template
+RETURNCODE = re.compile(r"<returncode>\s*(-?\d+)\s*</returncode>|\"returncode\":\s*(-?\d+)")
+EXCEPTION_INFO = re.compile(r"<exception>|\"exception_info\":\s*\"[^\"]")
 
 
 def classify(text: str, is_error: bool | None) -> str:
@@ -101,7 +105,8 @@ def classify(text: str, is_error: bool | None) -> str:
     code = RETURNCODE.search(text)
     if (
         is_error is True
-        or (code is not None and int(code.group(1)) != 0)
+        or (code is not None and int(code.group(1) or code.group(2)) != 0)
+        or EXCEPTION_INFO.search(text)
         or obj.get("ok") is False
         or obj.get("committed") is False
         or obj.get("isError") is True
