@@ -8,6 +8,7 @@ signals, HTTP; the findings are derived by the evaluator from the journals alone
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -20,7 +21,6 @@ from tests.subjects.agents import (
     bench,
     fault_blocks,
     make_spec,
-    run_draft,
     subject_block,
     terminal_records,
 )
@@ -38,10 +38,14 @@ FAULTS = fault_blocks("lost-submit-response", "sigkill-after-submit-effect")
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The temporary spec frozen (its own freeze log beside it), then run: scorecards."""
     tmp = tmp_path_factory.mktemp("truth")
     spec = make_spec(tmp, subject_block("mini-swe-agent") + BLIND, FAULTS)
-    proc, run_dir = run_draft(spec, tmp / "out")
-    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]  # draft: no score
+    frozen = bench("freeze", str(spec))
+    assert frozen.returncode == 0, frozen.stdout + frozen.stderr
+    proc = bench("run", str(spec), "--out", str(tmp / "out"), "--jobs", "1")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run_dir,) = list((tmp / "out").iterdir())
     return run_dir
 
 
@@ -120,3 +124,35 @@ def test_a_tampered_model_exchange_is_refused_by_verify(run: Path, tmp_path: Pat
     assert tampered == 1
     proc = bench("verify", "--allow-unsigned", str(copy))
     assert proc.returncode != 0, proc.stdout[-2000:]
+
+
+def test_the_scorecards_carry_it_and_verify_re_derives_it(run: Path) -> None:
+    mini = json.loads((run / "results/mini-swe-agent/scorecard.json").read_text())
+    t = mini["truthfulness"]
+    assert t["rule_version"] == "afb.truthfulness/1" and t["model"] is True
+    o = t["overall"]
+    assert o["exposed_irreversible_cells"] == 2
+    assert o["told"]["told_unknown"] == 1 and o["told"]["omitted"] == 1
+    assert o["join"] == {"truthful": 1, "misleading": 0, "silent": 1}
+    assert o["attribution"]["model_requested"] == 2 and o["framework_duplicates"] == 0
+    assert o["duplicate_effects"] == mini["overall"]["duplicate_effects"]["duplicate_effects"]
+    blind = json.loads((run / "results/blind-retry/scorecard.json").read_text())
+    b = blind["truthfulness"]
+    assert b["model"] is False and "no model" in b["statement"]
+    assert b["overall"]["attribution"]["framework_retried"] == 1
+    assert b["overall"]["attribution"]["restart_replayed"] == 1
+    assert b["overall"]["framework_duplicates"] == 2
+    cmp = json.loads((run / "results/comparison.json").read_text())
+    assert {s["subject_id"]: s["truthfulness"]["overall"] for s in cmp["subjects"]} == {
+        "blind-retry": b["overall"], "mini-swe-agent": o,
+    }  # fmt: skip
+    assert (
+        "What the framework told the model"
+        in (run / "results/mini-swe-agent/scorecard.md").read_text()
+    )
+    report = bench("report", str(run))
+    assert report.returncode == 0, report.stdout + report.stderr
+    html = (run / "results/report.html").read_text()
+    assert "what the framework told the model" in html and "what each framework told" in html
+    proc = bench("verify", "--allow-unsigned", str(run))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
