@@ -167,3 +167,16 @@ def test_a_result_seen_before_is_carried_by_id_and_hash_only() -> None:
     records.insert(1, seen[1])  # with the record that copied it, it is found
     records[1], records[0] = records[0], records[1]
     assert derive_cell(records, [], frozenset({"submit_patch"})).told == "told_failed"
+
+
+def test_a_record_that_cannot_be_written_is_the_harnesss_and_the_answer_still_goes() -> None:
+    errors: list[str] = []
+
+    def broken(record: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    with ModelProxy("scripted", cassette=SCRIPT) as proxy:
+        proxy.state.observer = ExchangeObserver(broken, REF, on_error=errors.append)
+        text = sdk_call(proxy, "openai-chat", _first("openai-chat", False))
+    assert "submit_patch" in text  # the subject got its answer
+    assert len(errors) == 1 and "No space left" in errors[0]

@@ -314,7 +314,10 @@ class _Attempt:
             self.stage = "model_proxy"
             self.model = start_model_proxy(
                 p.subject.model, engine, host, st, on_event=self._model_event,
-                observer=ExchangeObserver(self.journal.append, self.ref),
+                observer=ExchangeObserver(
+                    self.journal.append, self.ref,
+                    on_error=lambda why: self.error("model_observe", why),
+                ),
             )  # fmt: skip
             env.update(self.model.subject_env)
         if p.subject.mcp:

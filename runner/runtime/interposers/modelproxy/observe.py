@@ -169,15 +169,39 @@ class ExchangeObserver:
     """Called by the model backend for every request it answered; journals one record.
 
     `append` is the attempt's journal append (fsync'd): the record is durable before the answer
-    leaves. Thread-safe: concurrent model calls of one attempt share the seen-set."""
+    leaves. A record that cannot be written goes to `on_error` (the attempt journals a harness
+    error: its evidence is incomplete), never to the subject. Thread-safe: concurrent model
+    calls of one attempt share the seen-set."""
 
-    def __init__(self, append: Callable[[Any], object], ref: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        append: Callable[[Any], object],
+        ref: Mapping[str, Any],
+        on_error: Callable[[str], None] | None = None,
+    ) -> None:
         self._append = append
         self._ref = dict(ref)
+        self._on_error = on_error
         self._lock = threading.Lock()
         self._seen: set[tuple[str, str]] = set()
 
     def __call__(
+        self,
+        dialect: str,
+        headers: Mapping[str, str],
+        body: Mapping[str, Any],
+        status: int,
+        content_type: str,
+        data: bytes,
+    ) -> None:
+        try:
+            self._observe(dialect, headers, body, status, content_type, data)
+        except Exception as exc:  # the answer still goes out; the evidence gap is the harness's
+            if self._on_error is None:
+                raise
+            self._on_error(f"{type(exc).__name__}: {exc}")
+
+    def _observe(
         self,
         dialect: str,
         headers: Mapping[str, str],
