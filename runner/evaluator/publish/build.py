@@ -213,10 +213,12 @@ def build_scorecard(
         by_stratum[t["stratum"]].add(status, faulted, dup, extra, wall)
         if truth is not None:
             told_by[t["stratum"]]  # every stratum is listed, with or without findings
-            if exposed(status, faulted) and (n := terminal_attempt(t)) is not None:
-                found = truth.reader.cell(t["cell_id"], n)
-                told_all.add(found)
-                told_by[t["stratum"]].add(found)
+            if truth.needs(index[t["slot_id"]].schedule.trigger, status, faulted, dup):
+                n = terminal_attempt(t)
+                found = truth.reader.cell(t["cell_id"], n) if n is not None else None
+                if found is not None:
+                    told_all.add(found)
+                    told_by[t["stratum"]].add(found)
         if t["scorer_version"]:
             scorers.add(t["scorer_version"])
     data, scores_file = rows_file(CELL_SCORES_FILE, rows)

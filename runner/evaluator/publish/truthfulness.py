@@ -48,6 +48,7 @@ from typing import Any
 
 from runner.evaluator.core.canonical import sha256_digest
 from runner.evaluator.core.errors import EvidenceError
+from runner.evaluator.core.types import Status
 from runner.evaluator.evidence.journal import BLOBS, JOURNALS, read_verified
 from runner.evaluator.evidence.records import (
     AttemptEnded,
@@ -61,6 +62,7 @@ from runner.evaluator.evidence.records import (
 )
 
 from .models import Ratio, Truthfulness, TruthMeasures
+from .scoring import exposed
 
 RULE_VERSION = "afb.truthfulness/1"
 TOLD = ("told_committed", "told_failed", "told_unknown", "omitted", "no_next_call")
@@ -286,6 +288,16 @@ class TruthSource:
     reader: TruthReader
     model: bool
     policy: str | None
+
+    def needs(
+        self, trigger: Mapping[str, Any] | None, status: Status, faulted: bool, dup: int
+    ) -> bool:
+        """An exposed cell has findings only when its trigger is on an irreversible tool or it
+        has a duplicate: only then is its journal read again (the others find nothing)."""
+        if not exposed(status, faulted):
+            return False
+        tool = (trigger or {}).get("tool")
+        return dup > 0 or tool == "*" or tool in self.reader.irreversible
 
 
 def truth_source(run_dir: Path, spec: Any, subject_id: str) -> TruthSource:
