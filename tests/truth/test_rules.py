@@ -248,3 +248,17 @@ def test_the_tally_and_the_careful_statement() -> None:
     assert careful.overall.framework_duplicates == 1 and "framework's" in careful.statement
     none = build_truthfulness(tally, {}, *subject_facts({}))
     assert none.model is False and "no model" in none.statement
+
+
+def test_which_exposed_cells_are_read_again(tmp_path: Any) -> None:
+    from runner.evaluator.core.types import Status
+    from runner.evaluator.publish.truthfulness import TruthReader, TruthSource
+
+    src = TruthSource(TruthReader(tmp_path, SUBMIT), model=True, policy=None)
+    done, pre = Status.COMPLETED, Status.SUBJECT_PRE_TRIGGER_FAILURE
+    assert src.needs({"tool": "submit_patch"}, done, True, 0)
+    assert src.needs({"tool": "*"}, done, True, 0)  # any tool: the journal says which
+    assert src.needs({"tool": "exec"}, done, True, 1)  # a duplicate to attribute
+    assert not src.needs({"tool": "exec"}, done, True, 0)
+    assert not src.needs({"tool": "submit_patch"}, pre, True, 0)  # not exposed
+    assert not src.needs(None, done, False, 1)  # a baseline cell is never exposed
