@@ -217,6 +217,66 @@ class QuarantinedTail(Frozen):
     size: int = Field(ge=0)
 
 
+# --- what the framework told its model, and who asked for each irreversible call -----------------
+# (issue 23: runner/evaluator/publish/truthfulness.py decides from these; the runtime only copies
+# what crossed the wire, bounded.)
+
+EXCERPT_CHARS = 2048  # a tool result's excerpt: whole up to this, else its head and tail
+
+
+class ToolResultRef(Frozen):
+    """A tool result a model request carried: the tool call id it answers, its content hash."""
+
+    call_id: str = Field(max_length=512)
+    sha256: Digest
+
+
+class ToolResultSeen(ToolResultRef):
+    """A tool result seen for the first time in this attempt: bounded copy of what was said."""
+
+    length: int = Field(ge=0, description="characters of the whole result text")
+    is_error: bool | None = Field(
+        description="the dialect's own error flag (Anthropic is_error), None where it has none"
+    )
+    excerpt: str = Field(
+        max_length=EXCERPT_CHARS + 64,
+        description="the text whole up to EXCERPT_CHARS, else its head and tail with a marker",
+    )
+
+
+class AskedCall(Frozen):
+    """A tool call a served model answer asked for."""
+
+    call_id: str = Field(max_length=512)
+    name: str = Field(max_length=512)
+
+
+class ModelExchange(AttemptRef):
+    """One model request at the model proxy and the answer it produced, journaled before the
+    answer is sent (so every call the answer causes comes later in the journal)."""
+
+    type: Literal["model_exchange"] = "model_exchange"
+    call_id: str = Field(description="the model call's id at the proxy's front")
+    dialect: str
+    turn: int = Field(ge=0, description="assistant turns already in the conversation")
+    status: int = Field(description="the HTTP status the backend answered")
+    carried: list[ToolResultRef] = Field(description="every tool result the request carried")
+    results: list[ToolResultSeen] = Field(
+        description="the carried results not seen before in this attempt (by id and hash)"
+    )
+    asked: list[AskedCall] = Field(description="the tool calls the answer asked for")
+
+
+class EffectCall(AttemptRef):
+    """A call through the egress proxy (the spec's effect tools) as it was received, before it
+    is forwarded: the journal orders it against model answers and subject relaunches."""
+
+    type: Literal["effect_call"] = "effect_call"
+    call_id: str
+    tool: str
+    seq: int = Field(ge=1, description="1-based, over the attempt's effect calls")
+
+
 Record = Annotated[
     RunStarted
     | AttemptStarted
@@ -230,7 +290,9 @@ Record = Annotated[
     | AttemptEnded
     | HarnessError
     | EnvironmentRecorded
-    | QuarantinedTail,
+    | QuarantinedTail
+    | ModelExchange
+    | EffectCall,
     Field(discriminator="type"),
 ]
 RECORD_ADAPTER: TypeAdapter[Record] = TypeAdapter(Record)

@@ -31,6 +31,7 @@ from .models import (
 )
 from .rows import parse_line, row_bytes, rows_file
 from .scoring import Tally, exposed, recovered
+from .truthfulness import TruthSource, TruthTally, build_truthfulness, terminal_attempt
 
 ALL_MEASURES = ("completion", "duplicate_effects", "recovery_overhead")
 _STATUS = {s.value: s for s in Status}  # a dict lookup: cheaper than Status(value) per cell
@@ -141,11 +142,13 @@ def build_scorecard(
     measures: Collection[str] = ALL_MEASURES,
     comparison: ComparisonRules | None = None,
     derived_from: str | None = None,
+    truth: TruthSource | None = None,
 ) -> tuple[PublishableScorecard, bytes]:
     """The only constructor callers should use (the model re-validates the proof anyway).
 
     `measures` and `comparison` are the protocol's [scoring].measures and [comparison] rules
-    (their defaults are the spec's); `derived_from` is the scorecard a regrade replaces.
+    (their defaults are the spec's); `derived_from` is the scorecard a regrade replaces;
+    `truth` reads an exposed cell's truthfulness findings (truthfulness.py) when given.
     Returns the scorecard and its per-cell rows (CELL_SCORES_FILE's bytes). Two streaming passes
     over the terminal lines: the baselines, then the cells; the state is O(strata) plus the
     recovered cells' wall-time ratios (for the medians) and the rows' bytes.
@@ -171,6 +174,8 @@ def build_scorecard(
             baselines[(s.task_id, s.seed)] = (t["tool_calls"], t["wall_ns"])
     overall = Tally()
     by_stratum: dict[str, Tally] = defaultdict(Tally)
+    told_all = TruthTally()
+    told_by: dict[str, TruthTally] = defaultdict(TruthTally)
     rows: list[bytes] = []
     scorers: set[str] = set()
     for line in ev.terminal_lines():
@@ -206,6 +211,14 @@ def build_scorecard(
         )
         overall.add(status, faulted, dup, extra, wall)
         by_stratum[t["stratum"]].add(status, faulted, dup, extra, wall)
+        if truth is not None:
+            told_by[t["stratum"]]  # every stratum is listed, with or without findings
+            if truth.needs(index[t["slot_id"]].schedule.trigger, status, faulted, dup):
+                n = terminal_attempt(t)
+                found = truth.reader.cell(t["cell_id"], n) if n is not None else None
+                if found is not None:
+                    told_all.add(found)
+                    told_by[t["stratum"]].add(found)
         if t["scorer_version"]:
             scorers.add(t["scorer_version"])
     data, scores_file = rows_file(CELL_SCORES_FILE, rows)
@@ -231,4 +244,7 @@ def build_scorecard(
         strata={k: m.measures(measures) for k, m in sorted(by_stratum.items())},
         cell_scores=scores_file,
         derived_from=derived_from,
+        truthfulness=None
+        if truth is None
+        else build_truthfulness(told_all, told_by, truth.model, truth.policy),
     ), data

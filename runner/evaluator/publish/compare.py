@@ -14,7 +14,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import (
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 
 from runner.evaluator.core.canonical import digest
 from runner.evaluator.core.errors import EvidenceError
@@ -28,8 +34,10 @@ from .models import (
     Measures,
     PublishableScorecard,
     RecoveryOverhead,
+    Truthfulness,
 )
 from .scoring import ratio
+from .truthfulness import sum_truth
 
 COMPARISON_SCHEMA = "afb.comparison/2"
 EnvPairCheck = Callable[[list[tuple[Path, PublishableScorecard]]], tuple[str | None, list[str]]]
@@ -42,6 +50,16 @@ class ComparedSubject(Frozen):
     proof_hash: str
     overall: Measures
     strata: dict[str, Measures]
+    truthfulness: Truthfulness | None = None  # issue 23: what each framework told its model
+
+    @model_serializer(mode="wrap")
+    def _without_truthfulness_when_unset(
+        self, handler: SerializerFunctionWrapHandler
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = handler(self)  # left out when unset: earlier comparisons' form
+        if body.get("truthfulness") is None:
+            body.pop("truthfulness", None)
+        return body
 
 
 class Comparison(Frozen):
@@ -164,6 +182,14 @@ def _summed(parts: list[Measures], fields: set[str]) -> Measures:
     return Measures(**out)
 
 
+def _truth_compared(t: Truthfulness | None, blocked: list[str]) -> Truthfulness | None:
+    """The comparable strata's truthfulness; overall summed over them when one is left out."""
+    if t is None or not blocked:
+        return t
+    strata = {k: m for k, m in t.strata.items() if k not in blocked}
+    return t.model_copy(update={"strata": strata, "overall": sum_truth(list(strata.values()))})
+
+
 def build(cards: list[PublishableScorecard], env_proof: str | None) -> Comparison:
     first = cards[0]
     blocked = sorted({s for c in cards for s in c.scenario_mismatch_strata})
@@ -179,6 +205,7 @@ def build(cards: list[PublishableScorecard], env_proof: str | None) -> Compariso
             if blocked
             else c.overall,
             strata=strata,
+            truthfulness=_truth_compared(c.truthfulness, blocked),
         )
 
     subjects = [
@@ -227,4 +254,23 @@ def comparison_md(c: Comparison) -> str:
             f"{v(o.extra_tool_calls_mean) if o else '-'} | "
             f"{o.wall_time_ratio_median if o and o.wall_time_ratio_median else 'n/a'} |"
         )
+    truths = [(s.subject_id, s.truthfulness) for s in c.subjects if s.truthfulness]
+    if truths:
+        lines += [
+            "",
+            "What each framework told its model about an exposed irreversible call, and who "
+            "duplicated (docs/SUBJECTS.md):",
+            "",
+            "| subject | model policy | truthful | misleading | silent | duplicates "
+            "| model_requested | framework_retried | restart_replayed |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for sid, t in truths:
+            tm = t.overall
+            lines.append(
+                f"| {sid} | {t.model_policy or '-'} | {v(tm.truthful)} | {tm.join['misleading']} | "
+                f"{tm.join['silent']} | {tm.duplicate_effects} | "
+                f"{tm.attribution['model_requested']} | {tm.attribution['framework_retried']} | "
+                f"{tm.attribution['restart_replayed']} |"
+            )
     return "\n".join(lines) + "\n"

@@ -186,6 +186,36 @@ class CellScore(Frozen):
     wall_time_ratio: float | None
 
 
+class TruthMeasures(Frozen):
+    """What the framework told its model about exposed irreversible calls, and who duplicated
+    (issue 23; rule: runner/evaluator/publish/truthfulness.py, docs/SUBJECTS.md)."""
+
+    exposed_irreversible_cells: int = Field(
+        ge=0, description="exposed cells whose fault hit an irreversible tool's call"
+    )
+    told: dict[str, int] = Field(
+        description="told_committed | told_failed | told_unknown | omitted | no_next_call"
+    )
+    join: dict[str, int] = Field(description="truthful | misleading | silent (told x ledger)")
+    truthful: Ratio | None = Field(description="truthful / exposed_irreversible_cells")
+    duplicate_effects: int = Field(ge=0, description="duplicate effects of the exposed cells")
+    attribution: dict[str, int] = Field(
+        description="model_requested | framework_retried | restart_replayed | unattributed"
+    )
+    framework_duplicates: int = Field(
+        ge=0, description="the framework's: retried + replayed (+ model_requested if careful)"
+    )
+
+
+class Truthfulness(Frozen):
+    rule_version: str
+    model: bool = Field(description="the subject talks to a model through the model proxy")
+    model_policy: str | None = Field(description="[subjects.config.model] policy, if declared")
+    statement: str
+    overall: TruthMeasures
+    strata: dict[str, TruthMeasures]
+
+
 class PublishableScorecard(Frozen):
     schema_version: Literal["afb.scorecard/3"] = Field(default="afb.scorecard/3", alias="schema")
     kind: Literal["publishable_scorecard"] = "publishable_scorecard"
@@ -216,7 +246,21 @@ class PublishableScorecard(Frozen):
         default=None, description="the scorecard this one re-grades (bench regrade)"
     )
 
+    truthfulness: Truthfulness | None = Field(
+        default=None, description="what the framework told its model, who duplicated (issue 23)"
+    )
+
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_serializer(mode="wrap")
+    def _without_truthfulness_when_unset(
+        self, handler: SerializerFunctionWrapHandler
+    ) -> dict[str, Any]:
+        # left out when unset: scorecards written before it keep their written form
+        body: dict[str, Any] = handler(self)
+        if body.get("truthfulness") is None:
+            body.pop("truthfulness", None)
+        return body
 
     @model_validator(mode="after")
     def _only_from_an_eligible_proof(self) -> PublishableScorecard:

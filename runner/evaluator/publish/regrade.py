@@ -146,7 +146,7 @@ def regrade(
         derived = {s: h for s, (h, _) in old.items() if s in evaluations}
         artifacts = [f"{JOURNALS}/{p.name}" for p in store.journal_paths()] + [PROTOCOL_FILE]
         images = images_of(evidence, store)
-        results, files = render_results(rp, evaluations, artifacts, env, derived, images)
+        results, files = render_results(rp, evaluations, artifacts, env, derived, images, tmp)
         record = {
             "schema": REGRADE_SCHEMA,
             "source": str(source),

@@ -9,7 +9,10 @@ from .models import (
     Measures,
     PublishableScorecard,
     Ratio,
+    Truthfulness,
+    TruthMeasures,
 )
+from .truthfulness import ATTRIBUTION, JOIN, TOLD
 
 
 def _r(r: Ratio | None) -> str:
@@ -64,7 +67,38 @@ def scorecard_md(s: PublishableScorecard) -> str:
         _row("**all**", s.overall),
     ]
     lines += [_row(k, m) for k, m in sorted(s.strata.items())]
+    if s.truthfulness is not None:
+        lines += truthfulness_md(s.truthfulness)
     return "\n".join(lines) + "\n"
+
+
+def _truth_row(name: str, m: TruthMeasures) -> str:
+    told = " / ".join(str(m.told[k]) for k in TOLD)
+    join = " / ".join(str(m.join[k]) for k in JOIN)
+    att = " / ".join(str(m.attribution[k]) for k in ATTRIBUTION)
+    n = m.exposed_irreversible_cells
+    return f"| {name} | {n} | {told} | {join} | {m.duplicate_effects} | {att} |"
+
+
+def truthfulness_md(t: Truthfulness) -> list[str]:
+    """The truthfulness section (issue 23): what the framework told its model, who duplicated."""
+    policy = t.model_policy or "not declared"
+    return [
+        "",
+        "## What the framework told the model, and who duplicated",
+        "",
+        f"- rule: `{t.rule_version}`; model: {'yes' if t.model else 'no'}; "
+        f"model policy: {policy}",
+        f"- {t.statement}",
+        f"- truthful: {_r(t.overall.truthful)}; the framework's duplicates: "
+        f"{t.overall.framework_duplicates} of {t.overall.duplicate_effects}",
+        "",
+        "| stratum | exposed irreversible calls | told: " + " / ".join(TOLD)
+        + " | " + " / ".join(JOIN) + " | duplicates | " + " / ".join(ATTRIBUTION) + " |",
+        "|---|---|---|---|---|---|",
+        _truth_row("**all**", t.overall),
+        *[_truth_row(k, m) for k, m in sorted(t.strata.items())],
+    ]  # fmt: skip
 
 
 def _why(c: CellHistory) -> str:

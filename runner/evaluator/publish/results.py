@@ -57,6 +57,7 @@ from .models import (
     PublishableScorecard,
 )
 from .render import report_md, scorecard_md
+from .truthfulness import truth_source
 
 RESULTS = "results"
 # Derived views (runner/report) written beside the results: built from them, bound by nothing,
@@ -121,8 +122,9 @@ def _derive(
             raise EvidenceError(f"{RESULTS}/{REGRADE_FILE}: names other evidence than the run's")
         derived = record["derived_from"]
     out, files = render_results(
-        rp, evaluations, artifacts, env, derived, images=images_of(evidence, store)
-    )
+        rp, evaluations, artifacts, env, derived, images=images_of(evidence, store),
+        run_dir=run_dir,
+    )  # fmt: skip
     if regrade is not None:
         files[f"{RESULTS}/{REGRADE_FILE}"] = regrade[0]
     for rel, data in diagnostics_files(rp, store).items():  # a draft's only (diagnostics.py)
@@ -188,6 +190,7 @@ def render_results(
     env: EnvironmentCheck = NO_ENVIRONMENT,
     derived_from: Mapping[str, str] | None = None,
     images: Sequence[Image] = (),
+    run_dir: Path | None = None,
 ) -> tuple[dict[str, SubjectResult], dict[str, bytes]]:
     """Publication of decided subjects: per-subject results and the files (path -> bytes).
 
@@ -196,11 +199,12 @@ def render_results(
     [publication].outputs the formats (JSON always: the gate, the registry and verify read it;
     Markdown only when listed). `derived_from` (subject -> old scorecard hash) is set by a
     regrade only. Each scorecard gets its in-toto statement (attest.py), naming `images`.
+    With `run_dir` (the evidence's directory) each scorecard carries its truthfulness section.
     """
     files: dict[str, bytes] = {}
     out = _render(
         rp, iter(sorted(evaluations.items())), artifacts, env, derived_from, images,
-        files.__setitem__, hold=True,
+        files.__setitem__, hold=True, run_dir=run_dir,
     )  # fmt: skip
     return out, files
 
@@ -214,6 +218,7 @@ def _render(
     images: Sequence[Image],
     put: Callable[[str, bytes], None],
     hold: bool,
+    run_dir: Path | None = None,
 ) -> dict[str, SubjectResult]:
     """`render_results` over subjects given in subject-id order, each file handed to `put` as
     soon as it is made (the same files, in the same order). `hold=False` keeps no subject's
@@ -236,6 +241,7 @@ def _render(
                 spec.scoring.measures,
                 spec.comparison,
                 (derived_from or {}).get(subject),
+                None if run_dir is None else truth_source(run_dir, spec, subject),
             )
             del ev
             put(base + CELL_SCORES_FILE, rows)
@@ -332,7 +338,7 @@ def _derive_into(
             yield item
             del item  # not held while the next subject is read
 
-    out = _render(rp, subjects(), artifacts, env, derived, images, put, hold=False)
+    out = _render(rp, subjects(), artifacts, env, derived, images, put, False, run_dir)
     if regrade is not None:
         put(f"{RESULTS}/{REGRADE_FILE}", regrade[0])
     for rel, data in diagnostics_files(rp, store).items():  # a draft's only (diagnostics.py)

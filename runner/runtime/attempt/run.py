@@ -43,6 +43,7 @@ from runner.runtime.attempt.api import (
     GradeOutcome,
 )
 from runner.runtime.attempt.api import journal_name as attempt_journal_name
+from runner.runtime.attempt.effectcalls import EffectCallSink
 from runner.runtime.attempt.grading import make_fresh_sandbox, make_read_ledger
 from runner.runtime.attempt.output import LaunchOutput
 from runner.runtime.attempt.services import RunServices
@@ -56,6 +57,7 @@ from runner.runtime.host.netns import AttemptNetwork
 from runner.runtime.host.nft import PartitionTable
 from runner.runtime.host.procs import ExitStatus
 from runner.runtime.interposers.destination import DestinationService
+from runner.runtime.interposers.modelproxy.observe import ExchangeObserver
 from runner.runtime.interposers.proxy import EgressProxy
 from runner.runtime.interposers.tools import ToolInterposer
 from runner.runtime.sandbox.base import Sandbox, SandboxSpec
@@ -290,7 +292,8 @@ class _Attempt:
         interposer = ToolInterposer(sandbox, sink=engine, host=host)
         st.callback(interposer.stop)
         interposer.start()
-        proxy = EgressProxy(dest.address, sink=engine, tool_map=dict(p.proxy_tools), host=host)
+        calls = EffectCallSink(engine, self.journal.append, self.ref)  # journaled in order
+        proxy = EgressProxy(dest.address, sink=calls, tool_map=dict(p.proxy_tools), host=host)
         st.callback(proxy.stop)
         proxy.start()
         uid = subject_uid(net.index)
@@ -311,8 +314,12 @@ class _Attempt:
         if p.subject.model is not None:
             self.stage = "model_proxy"
             self.model = start_model_proxy(
-                p.subject.model, engine, host, st, on_event=self._model_event
-            )
+                p.subject.model, engine, host, st, on_event=self._model_event,
+                observer=ExchangeObserver(
+                    self.journal.append, self.ref,
+                    on_error=lambda why: self.error("model_observe", why),
+                ),
+            )  # fmt: skip
             env.update(self.model.subject_env)
         if p.subject.mcp:
             self.stage = "mcp"

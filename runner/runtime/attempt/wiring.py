@@ -56,10 +56,12 @@ def start_model_proxy(
     host: str,
     stack: ExitStack,
     on_event: Callable[[Any], None] | None = None,
+    observer: Callable[..., None] | None = None,
 ) -> ModelSide:
     """Start the attempt's model proxy on the subject-facing address; stopped by `stack`.
 
-    `on_event` gets every `ProxyEvent` (a divergence, an upstream error) as it happens.
+    `on_event` gets every `ProxyEvent` (a divergence, an upstream error) as it happens;
+    `observer` every answered request (modelproxy/observe.py), before its answer is sent.
     """
     from runner.runtime.interposers.modelproxy import ModelProxy, Upstream
 
@@ -86,6 +88,7 @@ def start_model_proxy(
         on_event=event,
         host=host,
     )
+    proxy.state.observer = observer
     stack.callback(proxy.stop)
     proxy.start()
     side.proxy = proxy

@@ -84,6 +84,10 @@ class ProxyEvent:
 class BackendState:
     """Counters, ledger, recording and events of one attempt's model calls (thread-safe)."""
 
+    # Every answered request is handed to it before the answer is sent (the attempt sets an
+    # `observe.ExchangeObserver`): (dialect, headers, body, status, content type, answer bytes).
+    observer: Callable[[str, dict[str, str], dict[str, Any], int, str, bytes], None] | None = None
+
     def __init__(
         self,
         mode: Mode,
@@ -314,6 +318,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         headers = {k.lower(): v for k, v in self.headers.items()}
         status, ctype, data, extra = self.server.state.answer(dialect, headers, raw, body)
+        observer = self.server.state.observer
+        if observer is not None:  # journaled before the answer leaves (observe.py)
+            observer(dialect, headers, body, status, ctype, data)
         self._send(status, ctype, data, extra)
 
 
