@@ -42,11 +42,12 @@ from runner.evaluator.protocol.runfile import (
 )
 from runner.evaluator.protocol.spec import Spec
 from runner.evaluator.protocol.specload import load_spec
+from runner.evaluator.protocol.subjects import subject_role
 from runner.evaluator.protocol.witness import load_contracts
 from runner.evaluator.verdict.outcomes import SUBJECT_OUTCOMES, attempt_status, group_attempts
 from runner.runtime.adapters import Launch, resolve_subjects
 from runner.runtime.attempt.api import AttemptPlan, journal_name
-from runner.runtime.workload import Workload
+from runner.runtime.workload import TaskViews, Workload
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ class MatrixRun:
                 "collect evidence only (a draft never yields a scorecard)",
                 file=str(spec_path),
             )
-        launchers = resolve_subjects(spec, spec_path)
+        launchers = resolve_subjects(spec, spec_path, workload)
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         run_dir = out_root / f"{spec.protocol.id}-{stamp}-{run_id}"
         run_dir.mkdir(parents=True, exist_ok=False)
@@ -132,6 +133,7 @@ class MatrixRun:
             slots=matrix.slots,
             contracts=list(contracts.values()),
             freeze_record=record if state is freezing.ProtocolStatus.FROZEN else None,
+            subject_roles={s.id: subject_role(s.agent) for s in spec.subjects},
         )
         write_protocol(run_dir, rp)
         return cls(spec_path, run_dir, spec, rp, workload, launchers)
@@ -168,8 +170,11 @@ class MatrixRun:
             slots=matrix.slots,
             contracts=list(contracts.values()),
             freeze_record=None,
+            subject_roles={s.id: subject_role(s.agent) for s in spec.subjects},
         )
-        return cls(spec_path, scratch_dir, spec, rp, workload, resolve_subjects(spec, spec_path))
+        return cls(
+            spec_path, scratch_dir, spec, rp, workload, resolve_subjects(spec, spec_path, workload)
+        )
 
     @classmethod
     def resume(cls, spec_path: Path, run_dir: Path, workload: Workload) -> MatrixRun:
@@ -184,7 +189,9 @@ class MatrixRun:
                 f"resolves to {ids.protocol_hash}; a run continues only under its own protocol",
                 file=str(spec_path),
             )
-        return cls(spec_path, run_dir, spec, rp, workload, resolve_subjects(spec, spec_path))
+        return cls(
+            spec_path, run_dir, spec, rp, workload, resolve_subjects(spec, spec_path, workload)
+        )
 
     # ---------------------------------------------------------------------------- evidence
 
@@ -303,11 +310,12 @@ class MatrixRun:
             trigger=slot.schedule.trigger,
             parameters=slot.schedule.parameters,
             image=image,
-            subject=launch(self.workload.subject_task(cell.task_id)),
+            subject=launch(TaskViews(cell.task_id, self.workload)),
             grader_id=self.spec.grader.id,
             grader_version=self.spec.grader.version,
             scorer_version=self.spec.scoring.scorer_version,
             grade=self.workload.grader(cell.task_id),
+            proxy_tools=dict(self.workload.effect_routes),  # the submit route is the workload's
         )
 
     def run_cell(

@@ -13,7 +13,7 @@ import os
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pydantic_core
 
@@ -40,6 +40,9 @@ class RunProtocol(Frozen):
     slots: list[Slot]
     contracts: list[WitnessContract]
     freeze_record: FreezeRecord | None
+    # each subject's role (oracle | agent; protocol/subjects.py `subject_role`); None in a
+    # protocol.json written before roles were recorded (then left out of its bytes)
+    subject_roles: dict[str, Literal["oracle", "agent"]] | None = None
 
     def spec(self) -> Spec:
         return _parse_spec(self.spec_text)
@@ -65,6 +68,8 @@ def canonical_pieces(rp: RunProtocol) -> Iterator[bytes]:
     big matrix's protocol, and neither writing nor checking it needs the whole document as Python
     objects. The members are in key order (ASCII keys: plain string order is RFC 8785 order)."""
     head = rp.model_dump(mode="json", by_alias=True, exclude={"slots"})
+    if head.get("subject_roles") is None:  # older protocol.json: its bytes stay what they were
+        head.pop("subject_roles", None)
     before = fast_canonical_bytes({k: v for k, v in head.items() if k < "slots"})
     after = fast_canonical_bytes({k: v for k, v in head.items() if k > "slots"})
     yield (before[:-1] + b"," if len(before) > 2 else b"{") + b'"slots":['

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection, Iterable
-from typing import Any
+from typing import Any, Literal
 
 from runner.evaluator.core.types import Status
 from runner.evaluator.evidence.hashing import jsonl_hash
@@ -141,6 +141,7 @@ def build_scorecard(
     measures: Collection[str] = ALL_MEASURES,
     comparison: ComparisonRules | None = None,
     derived_from: str | None = None,
+    role: Literal["oracle", "agent"] | None = None,
 ) -> tuple[PublishableScorecard, bytes]:
     """The only constructor callers should use (the model re-validates the proof anyway).
 
@@ -231,4 +232,5 @@ def build_scorecard(
         strata={k: m.measures(measures) for k, m in sorted(by_stratum.items())},
         cell_scores=scores_file,
         derived_from=derived_from,
+        subject_role=role,
     ), data

@@ -215,6 +215,11 @@ class PublishableScorecard(Frozen):
     derived_from: Digest | None = Field(
         default=None, description="the scorecard this one re-grades (bench regrade)"
     )
+    subject_role: Literal["oracle", "agent"] | None = Field(
+        default=None,
+        description="oracle: a reference subject given the known answer (it validates the "
+        "benchmark); agent: given the agent view only. None: a scorecard made before roles",
+    )
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

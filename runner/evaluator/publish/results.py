@@ -37,6 +37,7 @@ from runner.evaluator.protocol.runfile import (
     consistency_problems,
     read_protocol,
 )
+from runner.evaluator.protocol.subjects import subject_role
 from runner.evaluator.verdict.eligibility import (
     NO_ENVIRONMENT,
     EnvironmentCheck,
@@ -216,6 +217,7 @@ def _render(
     lines: each evaluation is dropped once its files are out (`SubjectEvaluation.held`)."""
     spec = rp.spec()
     markdown = "markdown" in spec.publication.outputs
+    roles = {s.id: subject_role(s.agent) for s in spec.subjects}
     out: dict[str, SubjectResult] = {}
     cards_json: dict[str, bytes] = {}  # what the statements bind
     for subject, ev in subjects:
@@ -232,6 +234,7 @@ def _render(
                 spec.scoring.measures,
                 spec.comparison,
                 (derived_from or {}).get(subject),
+                roles.get(subject),
             )
             del ev
             put(base + CELL_SCORES_FILE, rows)

@@ -295,6 +295,7 @@ class _Attempt:
         uid = subject_uid(net.index)
         state_dir = prepare_state_dir(s.subject_root / self.name, uid, uid)
         scope = f"{s.run_id}/{self.name}"
+        interposer.set_status(lambda: dest.ledger.status(scope))  # submission_status
         env = {
             **dict(p.subject.env),
             "AFB_INTERPOSER_URL": "http://{}:{}".format(*interposer.address),
