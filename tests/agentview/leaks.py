@@ -2,8 +2,8 @@
 
 The known answer of a swe-lite task is its gold patch, its tests patch and its hidden tests' ids.
 A *marker* is a line the patches add (stripped, long enough to be distinctive, and not a line
-the patches also show as context or remove: those are in the pristine sources on purpose), or a
-hidden test id (the FAIL_TO_PASS ids, and each one's test name: those tests do not exist until
+the patches also show as context or remove, nor one in the pristine sources or quoted by the
+problem statement: those are public on purpose), or a hidden test id (the FAIL_TO_PASS ids, and each one's test name: those tests do not exist until
 the tests patch is applied). PASS_TO_PASS ids are markers only for what the harness hands an agent
 (they name tests that already exist in the sources, so the sandbox holds them by design).
 
@@ -72,8 +72,13 @@ def markers_for(task: Task, pristine: tuple[set[str], set[str]] = (set(), set())
         a, k = _patch_lines(patch)
         added |= a
         kept |= k
-    lines = frozenset(x for x in added - kept - pristine[0] if len(x) >= MIN_LINE)
-    names = frozenset(t.rsplit("::", 1)[-1].split("[")[0] for t in task.fail_to_pass)
+    public = task.problem  # the issue text is given to agents: what it quotes is public
+    lines = frozenset(
+        x for x in added - kept - pristine[0] if len(x) >= MIN_LINE and x not in public
+    )
+    names = frozenset(
+        n for t in task.fail_to_pass if (n := t.rsplit("::", 1)[-1].split("[")[0]) not in public
+    )
     existing = {t.rsplit("::", 1)[-1].split("[")[0] for t in task.pass_to_pass} | pristine[1]
     return Markers(
         task.id, lines, frozenset(task.fail_to_pass), names - existing,
