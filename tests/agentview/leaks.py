@@ -129,7 +129,12 @@ def leaks_in_bytes(where: str, data: bytes, markers: Iterable[Markers]) -> list[
     """Line-wise (the image is large): a marker line equal to a stripped line of `data`, or a
     hidden test name as a `test_...` token."""
     ms = list(markers)
-    lines = {ln.strip().decode("utf-8", "replace") for ln in data.splitlines()}
+    lines = set()
+    for raw in data.splitlines():
+        ln = raw.strip().decode("utf-8", "replace")
+        lines.add(ln)
+        if ln[:1] in ("+", "-"):  # a line of a diff: its content too
+            lines.add(ln[1:].strip())
     tokens = {t.decode() for t in _TEST_TOKEN.findall(data)}
     out = []
     for m in ms:
