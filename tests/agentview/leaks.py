@@ -3,9 +3,10 @@
 The known answer of a swe-lite task is its gold patch, its tests patch and its hidden tests' ids.
 A *marker* is a line the patches add (stripped, long enough to be distinctive, and not a line
 the patches also show as context or remove, nor one in the pristine sources or quoted by the
-problem statement: those are public on purpose), or a hidden test id (the FAIL_TO_PASS ids, and each one's test name: those tests do not exist until
-the tests patch is applied). PASS_TO_PASS ids are markers only for what the harness hands an agent
-(they name tests that already exist in the sources, so the sandbox holds them by design).
+problem statement: those are public on purpose), or a hidden test id (the FAIL_TO_PASS ids, and
+each one's test name: those tests do not exist until the tests patch is applied). PASS_TO_PASS
+ids are markers only for what the harness hands an agent (they name tests that already exist in
+the sources, so the sandbox holds them by design).
 
 `leaks_in_text` is for the small things a subject is handed (task file, argv, environment, tool
 listings, state directory): any marker as a substring, JSON-escaped newlines undone first.

@@ -18,7 +18,7 @@ import urllib.parse
 from typing import Any
 
 
-def http(url: str, method: str, path: str, body: Any = None,
+def request(url: str, method: str, path: str, body: Any = None,
          headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:  # fmt: skip
     u = urllib.parse.urlsplit(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=300)
@@ -38,12 +38,15 @@ def mcp_tools(url: str) -> Any:
     init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {},
         "clientInfo": {"name": "spy", "version": "1"}}}  # fmt: skip
-    _, h, raw = http(url, "POST", path, init, accept)
+    _, h, raw = request(url, "POST", path, init, accept)
     version = json.loads(raw)["result"]["protocolVersion"]
     session = {"mcp-session-id": h["mcp-session-id"]} if "mcp-session-id" in h else {}
     more = {**accept, **session, "MCP-Protocol-Version": version}
-    http(url, "POST", path, {"jsonrpc": "2.0", "method": "notifications/initialized"}, more)
-    _, _, raw = http(url, "POST", path, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, more)
+    done = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    request(url, "POST", path, done, more)
+    _, _, raw = request(
+        url, "POST", path, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, more
+    )
     return json.loads(raw)
 
 
@@ -59,13 +62,13 @@ def main() -> int:
     with open(env["AFB_TASK_FILE"], encoding="utf-8") as fh:
         task = json.load(fh)
     ip = env["AFB_INTERPOSER_URL"]
-    _, _, listing = http(ip, "GET", "/tools")
-    _, _, raw = http(ip, "POST", "/session", {})
+    _, _, listing = request(ip, "GET", "/tools")
+    _, _, raw = request(ip, "POST", "/session", {})
     sid = json.loads(raw)["session_id"]
     # what the sandbox holds besides the system: sources, scratch, homes, config
     dirs = "opt tmp root home srv var/tmp run etc mnt media"
     tar = ["sh", "-c", f"cd / && tar -cz --ignore-failed-read {dirs} 2>/dev/null | base64 -w0"]
-    _, _, raw = http(ip, "POST", "/call", {"session_id": sid, "tool": "exec",
+    _, _, raw = request(ip, "POST", "/call", {"session_id": sid, "tool": "exec",
                                            "args": {"argv": tar, "timeout": 600}})  # fmt: skip
     sandbox = json.loads(raw)
     dump = {

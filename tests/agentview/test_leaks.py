@@ -166,9 +166,15 @@ argv = ["/usr/bin/python3", "agent.py", "--oracle-json"]
 # --- a real attempt: what a subject can reach --------------------------------------------------
 
 
-def _spy_blocks(script: Path) -> str:
+def _spy_blocks(script: Path, planted: str) -> str:
+    """Two spies (HTTP only; with MCP), and a third whose spec plants one line of the answer in
+    its environment: the same check must find that one."""
     out = ""
-    for sid, mcp in (("spy", False), ("spy-mcp", True)):
+    for sid, mcp, env in (
+        ("spy", False, {}),
+        ("spy-mcp", True, {}),
+        ("spy-planted", False, {"SPY_PLANTED": planted}),
+    ):
         out += f"""
 [[subjects]]
 id = "{sid}"
@@ -177,6 +183,7 @@ agent = "command:{sid}"
 [subjects.config]
 argv = ["/usr/bin/python3", "{script}"]
 mcp = {"true" if mcp else "false"}
+env = {{ {", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())} }}
 
 [subjects.config.limits]
 max_relaunches = 0
@@ -202,14 +209,18 @@ def public_spy() -> Iterator[Path]:
 def test_command_subjects_find_no_part_of_the_answer_anywhere(
     tmp_path: Path, public_spy: Path, markers: dict[str, Markers]
 ) -> None:
-    spec = make_spec(tmp_path, _spy_blocks(public_spy))
+    m = markers[TASK]
+    spec = make_spec(tmp_path, _spy_blocks(public_spy, sorted(m.lines)[0]))
     proc, run_dir = run_draft(spec, tmp_path / "out", "--keep-subject-dirs")
     kept = SUBJECT_ROOT / run_dir.name.rsplit("-", 1)[1]
     try:
         assert proc.returncode in (0, 3), proc.stdout[-3000:] + proc.stderr[-3000:]
         dumps = [json.loads(p.read_text()) for p in sorted(kept.rglob("spy.json"))]
-        assert len(dumps) == 2, (proc.stdout[-2000:], sorted(kept.rglob("*")))
-        m = markers[TASK]
+        errs = {p.name: p.read_text()[-1500:] for p in kept.rglob("*std*") if p.is_file()}
+        assert len(dumps) == 3, (proc.stdout[-2000:], errs)
+        (planted,) = [d for d in dumps if "SPY_PLANTED" in d["env"]]
+        assert leaks_in_json("env", planted["env"], m) != []  # the check sees a planted leak
+        planted["env"].pop("SPY_PLANTED")
         for d in dumps:
             _check_dump(d, m)
         (with_mcp,) = [d for d in dumps if d["mcp_tools"] is not None]
