@@ -145,3 +145,60 @@ def test_mcp_committed_false_before_and_true_after_a_submit_through_mcp(
     # the same events and ordinals as over HTTP: the interposer carried both MCP calls
     assert ti.counts()[STATUS_TOOL] == 2
     assert [p for _, t, p, _ in sink.events if t == STATUS_TOOL].count(Phase.RECEIVED) == 2
+
+
+# --- mini-swe-agent: the bash command `afb-submission-status` is the tool ------------------------
+
+STATUS_PROBE = """
+import json, sys
+from afb_msa.environment import AfbSandboxEnvironment
+env = AfbSandboxEnvironment()
+print(json.dumps([env.execute({"command": c}) for c in sys.argv[1:]]))
+"""
+
+
+def test_mini_swe_agents_status_command_is_the_tool(
+    ti: ToolInterposer,
+    destination: DestinationService,  # noqa: F811
+    sink: RecordingSink,
+    run_dir: Path,  # noqa: F811
+) -> None:
+    """afb_msa, in mini-swe-agent's own built environment (a real process), maps the command to
+    `submission_status` on the interposer: committed false, then true after a commit."""
+    import subprocess
+
+    from runner.evaluator.protocol.specload import load_spec
+    from runner.evaluator.protocol.subjects import MiniSweAgentConfig
+    from runner.runtime.subjectenv import ensure_built
+
+    agents = Path(__file__).resolve().parents[2] / "specs" / "swe-lite-agents.toml"
+    (mini,) = [s for s in load_spec(agents).subjects if s.id == "mini-swe-agent"]
+    built = ensure_built(MiniSweAgentConfig.model_validate(mini.config).environment)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(built.project),
+        "MSWEA_CONFIGURED": "true",
+        "MSWEA_SILENT_STARTUP": "1",
+        "HOME": str(run_dir),
+        "AFB_INTERPOSER_URL": "http://{}:{}".format(*ti.address),
+        "AFB_EGRESS_URL": "http://{}:{}".format(*destination.address),
+        "AFB_SCOPE": SCOPE,
+        "AFB_TASK_ID": "t",
+    }
+
+    def ask(*commands: str) -> list[dict[str, Any]]:
+        out = subprocess.run(
+            [str(built.python), "-c", STATUS_PROBE, *commands],
+            env=env, capture_output=True, text=True, timeout=120, check=True,
+        )  # fmt: skip
+        return list(json.loads(out.stdout.strip().splitlines()[-1]))
+
+    (before,) = ask("afb-submission-status")
+    assert before["returncode"] == 0, before
+    assert json.loads(before["output"]) == {"scope": SCOPE, "committed": False, "effects": 0,
+                                            "effect_ids": []}  # fmt: skip
+    request(destination.address, "POST", "/effects", effect(SCOPE))
+    after, echoed = ask("  afb-submission-status\n", "echo afb-submission-status")
+    assert json.loads(after["output"])["committed"] is True
+    assert echoed["output"].strip() == "afb-submission-status"  # only the bare command maps
+    assert ti.counts() == {STATUS_TOOL: 2, "exec": 1}

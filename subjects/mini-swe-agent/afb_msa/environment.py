@@ -130,14 +130,14 @@ class AfbSandboxEnvironment:
                 error = str(body.get("error", ""))
                 return {"output": "\n".join([*notes, error]), "returncode": -1,
                         "exception_info": f"tool error: {error}"}  # fmt: skip
-            if tool == STATUS_TOOL:
-                out = json.dumps(result, sort_keys=True)
+            if tool == STATUS_TOOL:  # the answer is the output; the command succeeded
+                out, code = json.dumps(result, sort_keys=True), 0
             else:
                 out = str(result.get("stdout", "")) + str(result.get("stderr", ""))
+                code = int(result.get("exit_code", -1))
             if notes:
                 out = "\n".join(notes) + "\n" + out
-            return {"output": out, "returncode": int(result.get("exit_code", -1)),
-                    "exception_info": ""}  # fmt: skip
+            return {"output": out, "returncode": code, "exception_info": ""}
         raise _Transport("the sandbox session went stale repeatedly")
 
     # ------------------------------------------------------------------- mini-swe-agent API
