@@ -288,3 +288,34 @@ def test_the_sandbox_image_holds_no_answer_and_a_planted_one_is_found(
     finally:
         subprocess.run(["podman", "rm", "-f", cid], capture_output=True)
         subprocess.run(["podman", "rmi", "-f", planted], capture_output=True)
+
+
+@pytest.mark.runtime
+def test_mini_swe_agent_puts_no_part_of_the_answer_before_its_model(
+    tmp_path: Path, markers: dict[str, Markers]
+) -> None:
+    """A real mini-swe-agent attempt (baseline, scripted model): what it put before its model
+    (the system and task messages of its own trajectory), its task file and its state directory
+    at the first model call hold the problem statement and no part of the answer."""
+    from tests.subjects.agents import subject_block, terminal_records
+
+    spec = make_spec(tmp_path, subject_block("mini-swe-agent"))
+    proc, run_dir = run_draft(spec, tmp_path / "out", "--keep-subject-dirs")
+    kept = SUBJECT_ROOT / run_dir.name.rsplit("-", 1)[1]
+    try:
+        assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+        ((cell,),) = terminal_records(run_dir).values()
+        assert cell.status.value == "COMPLETED"  # the agent view is enough to do the task
+        (traj,) = kept.rglob("trajectory.json")
+        messages = json.loads(traj.read_text())["messages"]
+        first = next(i for i, msg in enumerate(messages) if msg.get("role") == "assistant")
+        before = messages[:first]
+        text = json.dumps(before, ensure_ascii=False)
+        m = markers[TASK]
+        assert (TASKS / TASK / "problem.md").read_text().strip().splitlines()[0] in text
+        assert "afb-submission-status" in text
+        assert leaks_in_json("mini-swe-agent's first prompt", before, m) == []
+        (task,) = kept.rglob("task.json")
+        assert leaks_in_json("task.json", json.loads(task.read_text()), m) == []
+    finally:
+        shutil.rmtree(kept, ignore_errors=True)
