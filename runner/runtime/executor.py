@@ -38,11 +38,11 @@ from runner.evaluator.protocol.runfile import (
     PROTOCOL_FILE,
     RunProtocol,
     read_protocol,
+    subject_roles,
     write_protocol,
 )
 from runner.evaluator.protocol.spec import Spec
 from runner.evaluator.protocol.specload import load_spec
-from runner.evaluator.protocol.subjects import subject_role
 from runner.evaluator.protocol.witness import load_contracts
 from runner.evaluator.verdict.outcomes import SUBJECT_OUTCOMES, attempt_status, group_attempts
 from runner.runtime.adapters import Launch, resolve_subjects
@@ -133,7 +133,7 @@ class MatrixRun:
             slots=matrix.slots,
             contracts=list(contracts.values()),
             freeze_record=record if state is freezing.ProtocolStatus.FROZEN else None,
-            subject_roles={s.id: subject_role(s.agent) for s in spec.subjects},
+            subject_roles=subject_roles(spec),
         )
         write_protocol(run_dir, rp)
         return cls(spec_path, run_dir, spec, rp, workload, launchers)
@@ -170,7 +170,7 @@ class MatrixRun:
             slots=matrix.slots,
             contracts=list(contracts.values()),
             freeze_record=None,
-            subject_roles={s.id: subject_role(s.agent) for s in spec.subjects},
+            subject_roles=subject_roles(spec),
         )
         return cls(
             spec_path, scratch_dir, spec, rp, workload, resolve_subjects(spec, spec_path, workload)

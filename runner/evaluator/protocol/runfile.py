@@ -26,6 +26,7 @@ from .freeze import FreezeRecord
 from .identities import Identities, controlled_factors_body, policy_body
 from .matrix import Slot, cell_set_hash, matrix_hash, subject_hashes
 from .spec import Spec
+from .subjects import subject_role
 from .witness import WitnessContract, contracts_hash
 
 PROTOCOL_FILE = "protocol.json"
@@ -181,6 +182,11 @@ def read_protocol(run_dir: Path) -> RunProtocol:
     return rp
 
 
+def subject_roles(spec: Spec) -> dict[str, Literal["oracle", "agent"]]:
+    """Each subject's role (oracle | agent), as protocol.json records it."""
+    return {s.id: subject_role(s.agent) for s in spec.subjects}
+
+
 def consistency_problems(rp: RunProtocol) -> list[str]:
     """Re-derive what can be re-derived from the file itself; name every mismatch."""
     problems: list[str] = []
@@ -201,6 +207,8 @@ def consistency_problems(rp: RunProtocol) -> list[str]:
         problems.append("matrix_hash does not match the spec and slots")
     if subject_hashes(spec) != ids.subject_config_hashes:
         problems.append("subject_config_hashes do not match the spec")
+    if rp.subject_roles is not None and rp.subject_roles != subject_roles(spec):
+        problems.append("subject_roles do not match the spec's subjects' adapters")
     contracts = {c.kind: c for c in rp.contracts}
     if contracts_hash(contracts) != ids.witness_contracts_hash:
         problems.append("witness_contracts_hash does not match the contracts")
