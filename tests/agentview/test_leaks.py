@@ -161,6 +161,12 @@ argv = ["/usr/bin/python3", "agent.py", "--oracle-json"]
         with pytest.raises(InputError) as exc:
             resolve_subjects(load_spec(path), path, workload_for(load_spec(path), path))
         assert exc.value.key == "subjects[0].config.argv" and exc.value.file == str(path)
+        # through `bench run`: exit 2, naming the file and the key, before any run directory
+        proc, _ = run_draft(path, Path(tmp) / "out")
+        assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+        said = proc.stdout + proc.stderr
+        assert str(path) in said and "subjects[0].config.argv" in said and "oracle" in said
+        assert not (Path(tmp) / "out").exists() or not any((Path(tmp) / "out").iterdir())
 
 
 # --- a real attempt: what a subject can reach --------------------------------------------------
