@@ -21,7 +21,6 @@ The subject contract these launch against is docs/SUBJECTS.md.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,7 +51,10 @@ M = TypeVar("M", bound=BaseModel)
 
 # the task's views (agent; oracle for oracles only) -> the command of one attempt
 Launch = Callable[[TaskViews], SubjectCommand]
-ORACLE_CHANNEL = "--oracle-json"  # the oracle's own argv flag: never AFB_TASK_FILE
+# The oracle's own channel: a file named by this variable (its state directory is its own, its
+# environment unreadable to other uids). Never AFB_TASK_FILE, never argv: /proc/<pid>/cmdline is
+# readable by every local user, so an agent running beside an oracle could read it there.
+ORACLE_CHANNEL = "AFB_ORACLE_FILE"
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,8 @@ def _oracle_request(subject: Subject) -> str | None:
         values = value if isinstance(value, list) else list(value.values()) if isinstance(
             value, dict) else [value]  # fmt: skip
         if any("oracle" in n.lower() for n in names if isinstance(n, str)) or any(
-            isinstance(t, str) and (ORACLE_CHANNEL in t or "{oracle}" in t) for t in values
+            isinstance(t, str) and ("--oracle" in t or ORACLE_CHANNEL in t or "{oracle}" in t)
+            for t in values
         ):
             return key
     return None
@@ -163,7 +166,7 @@ def typed_config(subject: Subject, model: type[M]) -> M:
 class ReferenceAdapter:
     """`reference:<strategy>` (`ReferenceConfig`): the workload's oracle subject (its script,
     `Workload.oracle_subject`) as the subject uid, given the oracle view through its own argv
-    flag (`--oracle-json`); AFB_TASK_FILE holds the agent view, as for every subject. With
+    file (`AFB_ORACLE_FILE`); AFB_TASK_FILE holds the agent view, as for every subject. With
     `config.model`, it plans every step with that model through the attempt's proxy."""
 
     def resolve(self, subject: Subject, ctx: ResolveContext) -> Launch:
@@ -186,11 +189,11 @@ class ReferenceAdapter:
             argv = [
                 "/usr/bin/python3", script,
                 "--strategy", cfg.strategy, *planning,
-                ORACLE_CHANNEL, json.dumps(dict(views.oracle()), sort_keys=True),
             ]  # fmt: skip
             return SubjectCommand(
                 argv=argv,
                 task=dict(views.agent()),
+                oracle=dict(views.oracle()),
                 model=plans(views.task_id) if plans is not None else None,
             )
 

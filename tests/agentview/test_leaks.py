@@ -135,6 +135,23 @@ def test_mini_swe_agent_is_launched_with_the_agent_view_only(markers: dict[str, 
         assert leaks_in_json(f"mini-swe-agent {tid}", seen, markers[tid]) == []
 
 
+def test_the_oracle_gets_the_answer_in_its_file_never_in_argv(markers: dict[str, Markers]) -> None:
+    """A process's command line is readable by every local user (/proc/<pid>/cmdline): an agent
+    running beside an oracle could read an answer there. The oracle view goes to its own file
+    (AFB_ORACLE_FILE, in its private state directory); argv and the task file stay clean."""
+    spec = load_spec(AGENTS)
+    workload = workload_for(spec, AGENTS)
+    launches = resolve_subjects(spec, AGENTS, workload)
+    for tid in sorted(spec.task_index()):
+        oracle = launches["intent-reconcile"](TaskViews(tid, workload))
+        assert oracle.oracle == workload.oracle_task(tid)
+        assert leaks_in_json("oracle view", oracle.oracle, markers[tid]) != []
+        seen = {"argv": list(oracle.argv), "env": dict(oracle.env), "task": oracle.task}
+        assert leaks_in_json(f"oracle {tid}", seen, markers[tid]) == []
+        agent = launches["mini-swe-agent"](TaskViews(tid, workload))
+        assert agent.oracle is None
+
+
 def test_a_non_oracle_subject_asking_for_the_oracle_view_is_an_input_error() -> None:
     spec = load_spec(AGENTS)
     workload = workload_for(spec, AGENTS)
@@ -244,6 +261,7 @@ def _check_dump(d: dict[str, Any], m: Markers) -> None:
     task = d["task"]
     assert set(task) == agentview.AGENT_KEYS and task["task_id"] == TASK
     assert "task.json" in d["state_files"]
+    assert "AFB_ORACLE_FILE" not in d["env"] and "oracle.json" not in d["state_files"]
     assert [t["name"] for t in d["http_tools"]["tools"]][-1] == "submission_status"
     for key in ("argv", "env", "task", "state_files", "http_tools", "mcp_tools"):
         assert leaks_in_json(key, d[key], m) == [], key

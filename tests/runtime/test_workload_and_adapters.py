@@ -8,7 +8,6 @@ argv flag; the task file (AFB_TASK_FILE) of every subject, the oracle's too, is 
 
 from __future__ import annotations
 
-import json
 import tomllib
 from pathlib import Path
 
@@ -71,10 +70,8 @@ def test_the_reference_command_gets_the_oracle_view_on_its_own_channel() -> None
     assert script.parent == paths.SUBJECTS_PUBLIC_DIR
     assert script.read_bytes() == REFERENCE.read_bytes()
     oracle = workload.oracle_task(task_id)
-    assert list(cmd.argv) == [
-        "/usr/bin/python3", str(script), "--strategy", "checkpoint",
-        "--oracle-json", json.dumps(dict(oracle), sort_keys=True),
-    ]  # fmt: skip
+    assert list(cmd.argv) == ["/usr/bin/python3", str(script), "--strategy", "checkpoint"]
+    assert cmd.oracle == oracle  # -> AFB_ORACLE_FILE, never argv (/proc/<pid>/cmdline)
     assert "gold_patch" in oracle and "fail_to_pass" in oracle
     assert cmd.task == workload.agent_task(task_id)  # the task file: the agent view
     assert "gold_patch" not in cmd.task

@@ -77,9 +77,10 @@ class _LedgerEndpoint:
     address: tuple[str, int]
 
 
-def write_task_file(state_dir: Path, task: Mapping[str, Any]) -> Path:
-    """AFB_TASK_FILE: the task as the workload describes it, readable by the subject."""
-    path = state_dir / "task.json"
+def write_task_file(state_dir: Path, task: Mapping[str, Any], name: str = "task.json") -> Path:
+    """AFB_TASK_FILE (the agent view) or AFB_ORACLE_FILE (`oracle.json`, the oracle view):
+    readable by the subject only (its state directory is its own, 0700)."""
+    path = state_dir / name
     path.write_text(json.dumps(dict(task), sort_keys=True, indent=1) + "\n", encoding="utf-8")
     os.chmod(path, 0o444)
     return path
@@ -308,6 +309,10 @@ class _Attempt:
         }
         if p.subject.task is not None:
             env["AFB_TASK_FILE"] = str(write_task_file(state_dir, p.subject.task))
+        if p.subject.oracle is not None:  # the oracle channel: oracle subjects only
+            env["AFB_ORACLE_FILE"] = str(
+                write_task_file(state_dir, p.subject.oracle, "oracle.json")
+            )
         if p.subject.model is not None:
             self.stage = "model_proxy"
             self.model = start_model_proxy(
