@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pydantic_core
+from pydantic import Field
 
 from runner.evaluator.core.bounded import PROTOCOL_CAP, check_path, read_bounded
 from runner.evaluator.core.canonical import digest, fast_canonical_bytes, fast_digest
@@ -42,8 +43,11 @@ class RunProtocol(Frozen):
     contracts: list[WitnessContract]
     freeze_record: FreezeRecord | None
     # each subject's role (oracle | agent; protocol/subjects.py `subject_role`); None in a
-    # protocol.json written before roles were recorded (then left out of its bytes)
-    subject_roles: dict[str, Literal["oracle", "agent"]] | None = None
+    # protocol.json written before roles were recorded: then left out of the document, so its
+    # bytes stay what they were
+    subject_roles: dict[str, Literal["oracle", "agent"]] | None = Field(
+        default=None, exclude_if=lambda v: v is None
+    )
 
     def spec(self) -> Spec:
         return _parse_spec(self.spec_text)
@@ -69,8 +73,6 @@ def canonical_pieces(rp: RunProtocol) -> Iterator[bytes]:
     big matrix's protocol, and neither writing nor checking it needs the whole document as Python
     objects. The members are in key order (ASCII keys: plain string order is RFC 8785 order)."""
     head = rp.model_dump(mode="json", by_alias=True, exclude={"slots"})
-    if head.get("subject_roles") is None:  # older protocol.json: its bytes stay what they were
-        head.pop("subject_roles", None)
     before = fast_canonical_bytes({k: v for k, v in head.items() if k < "slots"})
     after = fast_canonical_bytes({k: v for k, v in head.items() if k > "slots"})
     yield (before[:-1] + b"," if len(before) > 2 else b"{") + b'"slots":['
