@@ -120,9 +120,9 @@ class AttemptPlan:
     scorer_version: str
     grade: Callable[[GradeContext], GradeOutcome]
     sandbox_setup: Sequence[Sequence[str]] = ()  # argv run in the sandbox before the subject
-    proxy_tools: Mapping[tuple[str, str], str] = field(
-        default_factory=lambda: {("POST", "/effects"): "submit_patch"}
-    )
+    # (method, path) at the destination -> the irreversible tool it stands for: the workload's
+    # submit route (`Workload.effect_routes`), or the self-test's; none by default
+    proxy_tools: Mapping[tuple[str, str], str] = field(default_factory=dict)
     idempotency_keys: bool = True  # the destination's declared capability
     actuator: Literal["real", "noop"] = "real"  # noop: negative conformance
 
