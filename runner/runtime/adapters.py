@@ -5,11 +5,15 @@ An agent is `<adapter>:<name>`; the part before ':' picks the adapter from a reg
 adapter, a bad config, an environment that does not build or a missing/malformed cassette is an
 input error (exit 2) naming the file and entry, never a harness error mid-run. Adapters:
 
-- `reference:` the deterministic reference strategies of runner/subjects/reference.py;
+- `reference:` the workload's oracle subjects (swe-lite: the deterministic reference strategies
+  of runner/benchmarks/swe_lite/subjects/reference.py), the only adapter given the oracle view;
 - `command:` any argv (config: runner/evaluator/protocol/subjects.py `CommandConfig`), optionally
   in a locked uv environment, with a model proxy and MCP tools;
 - `mini-swe-agent:` mini-swe-agent, unmodified, from subjects/mini-swe-agent/ (its own lock), with
   the environment class shipped there (`MiniSweAgentConfig`).
+
+Every adapter but `reference:` hands its subject the workload's agent view only (the task file,
+mini-swe-agent's prompt); a non-oracle subject that asks for the oracle view is an input error.
 
 The subject contract these launch against is docs/SUBJECTS.md.
 """
@@ -17,12 +21,11 @@ The subject contract these launch against is docs/SUBJECTS.md.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -37,16 +40,22 @@ from runner.evaluator.protocol.subjects import (
     MiniSweAgentConfig,
     ModelSection,
     ReferenceConfig,
+    subject_role,
     tree_digest,
 )
 from runner.runtime.attempt.api import ModelProxyPlan, SubjectCommand
 from runner.runtime.host import paths
 from runner.runtime.subjectenv import BuiltEnvironment, ensure_built
+from runner.runtime.workload import TaskViews, Workload
 
 M = TypeVar("M", bound=BaseModel)
 
-# task (as the workload describes it to subjects) -> the command of one attempt
-Launch = Callable[[Mapping[str, Any]], SubjectCommand]
+# the task's views (agent; oracle for oracles only) -> the command of one attempt
+Launch = Callable[[TaskViews], SubjectCommand]
+# The oracle's own channel: a file named by this variable (its state directory is its own, its
+# environment unreadable to other uids). Never AFB_TASK_FILE, never argv: /proc/<pid>/cmdline is
+# readable by every local user, so an agent running beside an oracle could read it there.
+ORACLE_CHANNEL = "AFB_ORACLE_FILE"
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,7 @@ class ResolveContext:
     spec: Spec
     spec_path: Path
     root: Path
+    workload: Workload | None = None  # what the oracle adapter asks for its subject's script
 
     @property
     def base(self) -> Path:
@@ -88,11 +98,37 @@ def registered_adapters() -> tuple[str, ...]:
     return tuple(sorted(_ADAPTERS))
 
 
-def resolve_subjects(spec: Spec, spec_path: Path) -> dict[str, Launch]:
+def _oracle_request(subject: Subject) -> str | None:
+    """The config key by which a non-oracle subject asks for the oracle view, if it does: a key
+    naming it, an env variable naming it, or an argv/env value using its channel."""
+    for key, value in subject.config.items():
+        names = [key, *(value if isinstance(value, dict) else {})]
+        values = value if isinstance(value, list) else list(value.values()) if isinstance(
+            value, dict) else [value]  # fmt: skip
+        if any("oracle" in n.lower() for n in names if isinstance(n, str)) or any(
+            isinstance(t, str) and ("--oracle" in t or ORACLE_CHANNEL in t or "{oracle}" in t)
+            for t in values
+        ):
+            return key
+    return None
+
+
+def resolve_subjects(
+    spec: Spec, spec_path: Path, workload: Workload | None = None
+) -> dict[str, Launch]:
     """Every subject of the spec, by id; the first unresolvable one is an InputError."""
     out: dict[str, Launch] = {}
-    ctx = ResolveContext(spec, spec_path, project_root())
+    ctx = ResolveContext(spec, spec_path, project_root(), workload)
     for i, s in enumerate(spec.subjects):
+        asked = _oracle_request(s) if subject_role(s.agent) != "oracle" else None
+        if asked is not None:
+            raise InputError(
+                f"subject {s.id!r} ({s.agent}) asks for the oracle view of the task: only "
+                "'reference:' subjects (the oracles) get the known answer; every other subject "
+                "is an agent and gets the agent view (AFB_TASK_FILE)",
+                file=str(spec_path),
+                key=f"subjects[{i}].config.{asked}",
+            )
         prefix, sep, _ = s.agent.partition(":")
         adapter = _ADAPTERS.get(prefix) if sep else None
         if adapter is None:
@@ -129,12 +165,17 @@ def typed_config(subject: Subject, model: type[M]) -> M:
 
 
 class ReferenceAdapter:
-    """`reference:<strategy>` (`ReferenceConfig`): runner/subjects/reference.py as the subject uid;
-    with `config.model`, it plans every step with that model through the attempt's proxy."""
-
-    script = project_root() / "runner" / "subjects" / "reference.py"
+    """`reference:<strategy>` (`ReferenceConfig`): the workload's oracle subject (its script,
+    `Workload.oracle_subject`) as the subject uid, given the oracle view through its own argv
+    file (`AFB_ORACLE_FILE`); AFB_TASK_FILE holds the agent view, as for every subject. With
+    `config.model`, it plans every step with that model through the attempt's proxy."""
 
     def resolve(self, subject: Subject, ctx: ResolveContext) -> Launch:
+        source = ctx.workload.oracle_subject if ctx.workload is not None else None
+        if source is None:
+            raise InputError(
+                f"subject {subject.id!r}: this spec's workload has no oracle (reference) subject"
+            )
         if "strategy" not in subject.config:
             raise InputError(
                 f"subject {subject.id!r}: a reference subject (agent = 'reference:...') needs "
@@ -143,26 +184,27 @@ class ReferenceAdapter:
         cfg = typed_config(subject, ReferenceConfig)
         # the planning control's model is given no tools: it answers `next: <step>`
         plans = model_plans(cfg.model, ctx, frozenset()) if cfg.model is not None else None
-        script = str(self.public_script())
+        script = str(self.public_script(source))
         planning = ["--plan-with-model"] if plans is not None else []
 
-        def launch(task: Mapping[str, Any]) -> SubjectCommand:
+        def launch(views: TaskViews) -> SubjectCommand:
             argv = [
                 "/usr/bin/python3", script,
                 "--strategy", cfg.strategy, *planning,
-                "--task-json", json.dumps(task, sort_keys=True),
             ]  # fmt: skip
             return SubjectCommand(
                 argv=argv,
-                task=dict(task),
-                model=plans(_task_id(task)) if plans is not None else None,
+                task=dict(views.agent()),
+                oracle=dict(views.oracle()),
+                model=plans(views.task_id) if plans is not None else None,
             )
 
         return launch
 
-    def public_script(self) -> Path:
-        """Copy the reference subject somewhere `nobody` can read it, named by its content."""
-        data = self.script.read_bytes()
+    @staticmethod
+    def public_script(source: Path) -> Path:
+        """Copy the oracle subject somewhere `nobody` can read it, named by its content."""
+        data = source.read_bytes()
         public = paths.SUBJECTS_PUBLIC_DIR
         target = public / f"reference-{hashlib.sha256(data).hexdigest()[:16]}.py"
         if not target.exists():
@@ -260,13 +302,6 @@ def _expand(arg: str, env: BuiltEnvironment | None) -> str:
     return arg.replace("{env}", str(env.path)).replace("{project}", str(env.project))
 
 
-def _task_id(task: Mapping[str, Any]) -> str:
-    tid = task.get("task_id")
-    if not isinstance(tid, str):
-        raise ValueError("the workload's subject task has no task_id")
-    return tid
-
-
 # ------------------------------------------------------------------------------ command: adapter
 
 
@@ -281,14 +316,14 @@ class CommandAdapter:
         argv = [_expand(a, built) for a in cfg.argv]
         env = {k: _expand(v, built) for k, v in cfg.env.items()}
 
-        def launch(task: Mapping[str, Any]) -> SubjectCommand:
+        def launch(views: TaskViews) -> SubjectCommand:
             return SubjectCommand(
                 argv=argv,
                 env=env,
                 max_relaunches=cfg.limits.max_relaunches,
                 timeout_s=cfg.limits.timeout_s,
-                task=dict(task),
-                model=plans(_task_id(task)) if plans is not None else None,
+                task=dict(views.agent()),
+                model=plans(views.task_id) if plans is not None else None,
                 mcp=cfg.mcp,
                 tools=tuple(ctx.spec.tools),
             )
@@ -299,16 +334,8 @@ class CommandAdapter:
 # ----------------------------------------------------------------------- mini-swe-agent: adapter
 
 ENV_CLASS = "afb_msa.environment.AfbSandboxEnvironment"
-
-
-def mini_task_text(task: Mapping[str, Any]) -> str:
-    """What mini-swe-agent is asked (its `-t`): the task without its known solution."""
-    tests = " ".join(str(t) for t in task.get("fail_to_pass", []))
-    return (
-        f"Task {task.get('task_id')}: the Python project in {task.get('src')} (read-only; work "
-        f"in a copy under /tmp/work) has a bug. Fix it so that these tests pass: {tests}. "
-        "Submit the fix as a unified diff (patch -p1) of the project."
-    )
+# The bash command the environment class maps to the read-only status tool (submission_status).
+MINI_STATUS_COMMAND = "afb-submission-status"
 
 
 class MiniSweAgentAdapter:
@@ -354,14 +381,15 @@ class MiniSweAgentAdapter:
             "TERM": "dumb",
         }
 
-        def launch(task: Mapping[str, Any]) -> SubjectCommand:
+        def launch(views: TaskViews) -> SubjectCommand:
+            # its `-t`: the workload's prompt, from the agent view only
             return SubjectCommand(
-                argv=[*argv0, "-t", mini_task_text(task)],
+                argv=[*argv0, "-t", views.prompt(MINI_STATUS_COMMAND)],
                 env=env,
                 max_relaunches=cfg.limits.max_relaunches,
                 timeout_s=cfg.limits.timeout_s,
-                task=dict(task),
-                model=plans(_task_id(task)),
+                task=dict(views.agent()),
+                model=plans(views.task_id),
             )
 
         return launch

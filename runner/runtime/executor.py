@@ -38,6 +38,7 @@ from runner.evaluator.protocol.runfile import (
     PROTOCOL_FILE,
     RunProtocol,
     read_protocol,
+    subject_roles,
     write_protocol,
 )
 from runner.evaluator.protocol.spec import Spec
@@ -46,7 +47,7 @@ from runner.evaluator.protocol.witness import load_contracts
 from runner.evaluator.verdict.outcomes import SUBJECT_OUTCOMES, attempt_status, group_attempts
 from runner.runtime.adapters import Launch, resolve_subjects
 from runner.runtime.attempt.api import AttemptPlan, journal_name
-from runner.runtime.workload import Workload
+from runner.runtime.workload import TaskViews, Workload
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,7 @@ class MatrixRun:
                 "collect evidence only (a draft never yields a scorecard)",
                 file=str(spec_path),
             )
-        launchers = resolve_subjects(spec, spec_path)
+        launchers = resolve_subjects(spec, spec_path, workload)
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         run_dir = out_root / f"{spec.protocol.id}-{stamp}-{run_id}"
         run_dir.mkdir(parents=True, exist_ok=False)
@@ -138,6 +139,7 @@ class MatrixRun:
             freeze_record=(
                 record if state is freezing.ProtocolStatus.FROZEN and not draft_only else None
             ),
+            subject_roles=subject_roles(spec),
         )
         write_protocol(run_dir, rp)
         return cls(spec_path, run_dir, spec, rp, workload, launchers)
@@ -174,8 +176,11 @@ class MatrixRun:
             slots=matrix.slots,
             contracts=list(contracts.values()),
             freeze_record=None,
+            subject_roles=subject_roles(spec),
         )
-        return cls(spec_path, scratch_dir, spec, rp, workload, resolve_subjects(spec, spec_path))
+        return cls(
+            spec_path, scratch_dir, spec, rp, workload, resolve_subjects(spec, spec_path, workload)
+        )
 
     @classmethod
     def resume(cls, spec_path: Path, run_dir: Path, workload: Workload) -> MatrixRun:
@@ -190,7 +195,9 @@ class MatrixRun:
                 f"resolves to {ids.protocol_hash}; a run continues only under its own protocol",
                 file=str(spec_path),
             )
-        return cls(spec_path, run_dir, spec, rp, workload, resolve_subjects(spec, spec_path))
+        return cls(
+            spec_path, run_dir, spec, rp, workload, resolve_subjects(spec, spec_path, workload)
+        )
 
     # ---------------------------------------------------------------------------- evidence
 
@@ -309,11 +316,12 @@ class MatrixRun:
             trigger=slot.schedule.trigger,
             parameters=slot.schedule.parameters,
             image=image,
-            subject=launch(self.workload.subject_task(cell.task_id)),
+            subject=launch(TaskViews(cell.task_id, self.workload)),
             grader_id=self.spec.grader.id,
             grader_version=self.spec.grader.version,
             scorer_version=self.spec.scoring.scorer_version,
             grade=self.workload.grader(cell.task_id),
+            proxy_tools=dict(self.workload.effect_routes),  # the submit route is the workload's
         )
 
     def run_cell(

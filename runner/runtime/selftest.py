@@ -65,6 +65,11 @@ def trivial_grade(ctx: GradeContext) -> GradeOutcome:
     )
 
 
+# The self-test's minimal subject submits with POST /effects: that request is its irreversible
+# tool, named as the self-test cases' triggers name it.
+SELFTEST_EFFECT_ROUTES: Mapping[tuple[str, str], str] = {("POST", "/effects"): "submit_patch"}
+
+
 def selftest_plan(
     run_id: str,
     run_dir: Path,
@@ -114,6 +119,7 @@ def selftest_plan(
         grader_version="1",
         scorer_version=SCORER_VERSION,
         grade=grade,
+        proxy_tools=dict(SELFTEST_EFFECT_ROUTES),
         actuator=actuator,
     )
 

@@ -13,7 +13,8 @@ a model told "submit failed" typically does), so the benchmark sees what that le
 
 The control (reference:intent_reconcile with --plan-with-model) asks its model for the next step
 before each of its steps; its cassette answers `next: <step>`, one turn per step
-(runner/subjects/reference.py STEPS), so every model fault of the protocol reaches it too.
+(runner/benchmarks/swe_lite/subjects/reference.py STEPS), so every model fault of the protocol
+reaches it too.
 
 A scripted cassette is served by conversation turn (the number of assistant messages in the
 request), so a relaunched mini-swe-agent, which starts over, gets the same answers again.
@@ -31,9 +32,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
+from runner.benchmarks.swe_lite.agentview import oracle_task  # noqa: E402
 from runner.benchmarks.swe_lite.grade import load_task  # noqa: E402
-from runner.benchmarks.swe_lite.workload import subject_task  # noqa: E402
-from runner.subjects.reference import STEPS  # noqa: E402
+from runner.benchmarks.swe_lite.subjects.reference import STEPS  # noqa: E402
 
 SUBMIT = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
@@ -94,7 +95,8 @@ def main() -> int:
     control.mkdir(exist_ok=True)
     for ts in spec["task_sets"]:
         for t in ts["tasks"]:
-            task = subject_task(load_task(ROOT / "specs" / t["path"]))
+            # the model is scripted with the known answer (the oracle view); the agent is not
+            task = oracle_task(load_task(ROOT / "specs" / t["path"]))
             _write(out / f"{t['id']}.json", turns(task))
             _write(control / f"{t['id']}.json", control_turns())
     return 0

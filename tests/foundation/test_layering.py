@@ -38,6 +38,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "runner.imagebuild": (*ABOVE_RUNTIME, "runner.runtime", "runner.benchmarks"),
     "runner.report": ("runner.cli", "runner.orchestrate", "runner.runtime", "runner.benchmarks"),
     "runner.subjects": ("runner.",),  # stdlib only: subjects run outside the runner's venv
+    "runner.benchmarks.swe_lite.subjects": ("runner.",),  # the oracles: stdlib only, likewise
 }
 
 
@@ -99,6 +100,10 @@ def test_layers_import_only_downwards() -> None:
         ("runner/runtime/planted.py", "from ..benchmarks import swe_lite\n"),
         ("runner/runtime/host/planted.py", "from runner import orchestrate\n"),
         ("runner/subjects/planted.py", "from runner.evaluator.core import canonical\n"),
+        (
+            "runner/benchmarks/swe_lite/subjects/planted.py",
+            "from runner.benchmarks import registry\n",
+        ),
     ],
 )
 def test_a_planted_upward_import_is_caught(tmp_path: Path, where: str, line: str) -> None:

@@ -2,12 +2,12 @@
 
 A spec's subjects are resolved by their adapter (the part of `agent` before ':') before any
 cell runs; an unknown one is an input error naming the subject and the registered adapters.
-The reference adapter launches exactly what the runner always launched for reference subjects.
+The reference adapter launches the workload's oracle subject with the oracle view on its own
+argv flag; the task file (AFB_TASK_FILE) of every subject, the oracle's too, is the agent view.
 """
 
 from __future__ import annotations
 
-import json
 import tomllib
 from pathlib import Path
 
@@ -19,6 +19,7 @@ from runner.evaluator.protocol.spec import Spec
 from runner.evaluator.protocol.specload import load_spec
 from runner.runtime.adapters import ReferenceAdapter, registered_adapters, resolve_subjects
 from runner.runtime.host import paths
+from runner.runtime.workload import TaskViews
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "specs" / "swe-lite-smoke.toml"
@@ -42,7 +43,7 @@ def test_an_unknown_adapter_names_the_subject_and_the_registered_adapters() -> N
     spec = _with_agent(_smoke(), "mystery:agent")
     assert "reference" in registered_adapters()
     with pytest.raises(InputError) as exc:
-        resolve_subjects(spec, SMOKE)
+        resolve_subjects(spec, SMOKE, workload_for(spec, SMOKE))
     msg = exc.value.render()
     assert "subject 'blind-retry'" in msg and "'mystery:agent'" in msg and "reference:" in msg
     assert exc.value.file == str(SMOKE)
@@ -51,30 +52,40 @@ def test_an_unknown_adapter_names_the_subject_and_the_registered_adapters() -> N
 def test_a_reference_subject_needs_a_strategy() -> None:
     spec = _with_agent(_smoke(), "reference:blind_retry", config={})
     with pytest.raises(InputError, match=r"config\.strategy"):
-        resolve_subjects(spec, SMOKE)
+        resolve_subjects(spec, SMOKE, workload_for(spec, SMOKE))
 
 
-def test_the_reference_command_is_the_runners_historic_one() -> None:
+REFERENCE = ROOT / "runner" / "benchmarks" / "swe_lite" / "subjects" / "reference.py"
+
+
+def test_the_reference_command_gets_the_oracle_view_on_its_own_channel() -> None:
     spec = _smoke()
     workload = workload_for(spec, SMOKE)
     assert workload.image == "swe-lite"
+    assert workload.oracle_subject == REFERENCE
     task_id = next(iter(spec.task_index()))
-    task = workload.subject_task(task_id)
-    launch = resolve_subjects(spec, SMOKE)["checkpoint"]
-    cmd = launch(task)
-    script = ReferenceAdapter().public_script()
+    launch = resolve_subjects(spec, SMOKE, workload)["checkpoint"]
+    cmd = launch(TaskViews(task_id, workload))
+    script = ReferenceAdapter.public_script(REFERENCE)
     assert script.parent == paths.SUBJECTS_PUBLIC_DIR
-    assert script.read_bytes() == (ROOT / "runner" / "subjects" / "reference.py").read_bytes()
-    assert list(cmd.argv) == [
-        "/usr/bin/python3", str(script), "--strategy", "checkpoint",
-        "--task-json", json.dumps(dict(task), sort_keys=True),
-    ]  # fmt: skip
+    assert script.read_bytes() == REFERENCE.read_bytes()
+    oracle = workload.oracle_task(task_id)
+    assert list(cmd.argv) == ["/usr/bin/python3", str(script), "--strategy", "checkpoint"]
+    assert cmd.oracle == oracle  # -> AFB_ORACLE_FILE, never argv (/proc/<pid>/cmdline)
+    assert "gold_patch" in oracle and "fail_to_pass" in oracle
+    assert cmd.task == workload.agent_task(task_id)  # the task file: the agent view
+    assert "gold_patch" not in cmd.task
     assert dict(cmd.env) == {}
 
 
+def test_without_a_workload_a_reference_subject_is_an_input_error() -> None:
+    with pytest.raises(InputError, match="no oracle"):
+        resolve_subjects(_smoke(), SMOKE)
+
+
 def test_the_reference_config_knows_exactly_the_subjects_strategies() -> None:
+    from runner.benchmarks.swe_lite.subjects.reference import STRATEGIES
     from runner.evaluator.protocol.subjects import REFERENCE_STRATEGIES, ReferenceConfig
-    from runner.subjects.reference import STRATEGIES
 
     assert REFERENCE_STRATEGIES == STRATEGIES
     field = ReferenceConfig.model_fields["strategy"].annotation
@@ -86,7 +97,7 @@ def test_a_reference_subject_with_an_unknown_strategy_or_key_is_an_input_error()
                         "max_retries": 3}, "max_retries")):  # fmt: skip
         spec = _with_agent(_smoke(), "reference:x", config=config)
         with pytest.raises(InputError) as exc:
-            resolve_subjects(spec, SMOKE)
+            resolve_subjects(spec, SMOKE, workload_for(spec, SMOKE))
         assert exc.value.key == f"subjects[0].config.{key}", exc.value.render()
 
 
@@ -96,9 +107,10 @@ AGENTS = ROOT / "specs" / "swe-lite-agents.toml"
 def test_a_reference_subject_with_a_model_plans_with_it() -> None:
     """The control of swe-lite-agents: --plan-with-model and the scripted proxy plan per task."""
     spec = load_spec(AGENTS)
-    launch = resolve_subjects(spec, AGENTS)["intent-reconcile"]
+    workload = workload_for(spec, AGENTS)
+    launch = resolve_subjects(spec, AGENTS, workload)["intent-reconcile"]
     task_id = sorted(spec.task_index())[0]
-    cmd = launch(workload_for(spec, AGENTS).subject_task(task_id))
+    cmd = launch(TaskViews(task_id, workload))
     assert "--plan-with-model" in cmd.argv
     assert cmd.argv[cmd.argv.index("--strategy") + 1] == "intent_reconcile"
     assert cmd.model is not None and cmd.model.mode == "scripted"
@@ -114,7 +126,7 @@ def test_a_reference_model_whose_cassettes_changed_is_an_input_error(tmp_path: P
     bad = control.model_copy(update={"config": {**control.config, "model": model}})
     spec = spec.model_copy(update={"subjects": [bad]})
     with pytest.raises(InputError) as exc:
-        resolve_subjects(spec, AGENTS)
+        resolve_subjects(spec, AGENTS, workload_for(spec, AGENTS))
     assert "control-cassettes" in exc.value.render() and exc.value.key is not None
     assert exc.value.key.endswith("model.digest")
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
+from runner.benchmarks.swe_lite.agentview import oracle_task
 from runner.benchmarks.swe_lite.grade import load_task
-from runner.benchmarks.swe_lite.workload import subject_task
 from runner.evaluator.protocol.subjects import tree_digest
 from tests.subjects.agents import (
     ROOT,
@@ -99,7 +99,7 @@ def subject(spec_dir: Path) -> str:
     """The `[[subjects]]` block, with its cassette written into the spec's folder."""
     folder = spec_dir / "claude-code" / "cassettes"
     folder.mkdir(parents=True)
-    task = subject_task(load_task(ROOT / "specs" / "swe-lite" / TASK))
+    task = oracle_task(load_task(ROOT / "specs" / "swe-lite" / TASK))  # the scripted model's
     cassette = {"version": 1, "kind": "scripted", "model": "afb-scripted"}
     cassette["turns"] = cassette_turns(task)
     (folder / f"{TASK}.json").write_text(json.dumps(cassette, indent=1, sort_keys=True) + "\n")

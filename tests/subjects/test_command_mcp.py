@@ -38,7 +38,15 @@ def test_an_mcp_command_subject_runs(tmp_path: Path) -> None:
     assert exit_["exit_code"] == 0
     (item,) = ledger_items(run_dir)
     assert item["payload"]["tools"] == sorted(
-        ["exec", "list_effects", "read_file", "run_tests", "submit_patch", "write_file"]
+        [
+            "exec",
+            "list_effects",
+            "read_file",
+            "run_tests",
+            "submission_status",
+            "submit_patch",
+            "write_file",
+        ]
     )
     # by default the subject's state directory (its own output) goes with the run's end
     assert not (SUBJECT_ROOT / run_id_of(run_dir)).exists()

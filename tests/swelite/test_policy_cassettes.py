@@ -134,7 +134,7 @@ def test_mini_swe_agent_careful_and_naive_walk_the_plan_and_part_after_a_lost_su
 
 
 def test_the_control_plans_every_step_of_the_reference_subject_and_resumes() -> None:
-    from runner.subjects.reference import STEPS
+    from runner.benchmarks.swe_lite.subjects.reference import STEPS
 
     c = load_cassette(COMMITTED / "control" / "careful" / "idna-encode-invalid-bytes.json")
     assert isinstance(c, PolicyCassette)

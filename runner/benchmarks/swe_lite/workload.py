@@ -4,7 +4,8 @@ Completion = the first patch the destination accepted for the attempt's scope (r
 shape-checked ledger query), applied to pristine sources in a fresh sandbox, passes the task's
 FAIL_TO_PASS and PASS_TO_PASS tests. Duplicate effects = committed - intended, from the same read.
 A grade is a pure function of (task, patch, image), so one run caches it per (task, patch).
-`SweLiteWorkload` is what the runtime sees of all this (`runner.runtime.workload.Workload`).
+`SweLiteWorkload` is what the runtime sees of all this (`runner.runtime.workload.Workload`): the
+task views of `agentview` (agent / oracle), the submit route, the oracle subject's script.
 """
 
 from __future__ import annotations
@@ -15,27 +16,16 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from runner.benchmarks.swe_lite.grade import GradeReport, Task, grade, load_task, patch_files
+from runner.benchmarks.swe_lite import agentview
+from runner.benchmarks.swe_lite.agentview import SANDBOX_SRC
+from runner.benchmarks.swe_lite.grade import GradeReport, Task, grade, load_task
 from runner.evaluator.protocol.spec import Spec
 from runner.runtime.attempt.api import GradeContext, GradeOutcome
 from runner.runtime.sandbox.base import Sandbox
 
-SANDBOX_SRC = "/opt/swe-lite/src"
 DEFAULT_IMAGE = "swe-lite"  # when the spec's [grader] names no image
-
-
-def subject_task(task: Task) -> dict[str, Any]:
-    """What a reference subject is given: where the sources are and the known solution."""
-    return {
-        "task_id": task.id,
-        "src": f"{SANDBOX_SRC}/{task.source.root}",
-        "pythonpath": task.source.pythonpath,
-        "files": patch_files(task.gold_patch),
-        "gold_patch": task.gold_patch.decode(),
-        "tests_patch": task.tests_patch.decode(),
-        "fail_to_pass": list(task.fail_to_pass),
-        "python": "python3",
-    }
+# The reference strategies, run as a subject (stdlib only, by the system python3): the oracles.
+ORACLE_SUBJECT = Path(__file__).resolve().parent / "subjects" / "reference.py"
 
 
 def _exec_fn(sandbox: Sandbox) -> Callable[[Sequence[str], bytes], tuple[int, bytes, bytes]]:
@@ -96,9 +86,15 @@ class SweLiteGrader:
 class SweLiteWorkload:
     """The swe-lite benchmark as a runtime `Workload`: its tasks, its grader, its image."""
 
-    def __init__(self, task_dirs: dict[str, Path], image: str = DEFAULT_IMAGE) -> None:
+    def __init__(
+        self,
+        task_dirs: dict[str, Path],
+        image: str = DEFAULT_IMAGE,
+        tools: Sequence[Any] | None = None,
+    ) -> None:
         self._grader = SweLiteGrader(task_dirs)
         self._image = image
+        self._tools = list(tools) if tools else None  # the spec's [[tools]], as agents see them
 
     @classmethod
     def from_spec(cls, spec: Spec, base: Path) -> SweLiteWorkload:
@@ -106,14 +102,28 @@ class SweLiteWorkload:
         task_dirs = {
             tid: base / t.path for tid, (_, t) in spec.task_index().items() if t.path is not None
         }
-        return cls(task_dirs, spec.grader.image or DEFAULT_IMAGE)
+        return cls(task_dirs, spec.grader.image or DEFAULT_IMAGE, spec.tools)
 
     @property
     def image(self) -> str:
         return self._image
 
-    def subject_task(self, task_id: str) -> Mapping[str, Any]:
-        return subject_task(self._grader.tasks[task_id])
+    def agent_task(self, task_id: str) -> Mapping[str, Any]:
+        return agentview.agent_task(self._grader.tasks[task_id], self._tools)
+
+    def oracle_task(self, task_id: str) -> Mapping[str, Any]:
+        return agentview.oracle_task(self._grader.tasks[task_id], self._tools)
+
+    def agent_prompt(self, task_id: str, status_command: str | None = None) -> str:
+        return agentview.agent_prompt(self.agent_task(task_id), status_command)
+
+    @property
+    def effect_routes(self) -> Mapping[tuple[str, str], str]:
+        return dict(agentview.EFFECT_ROUTES)
+
+    @property
+    def oracle_subject(self) -> Path:
+        return ORACLE_SUBJECT
 
     def grader(self, task_id: str) -> Callable[[GradeContext], GradeOutcome]:
         return self._grader.for_task(task_id)

@@ -13,9 +13,10 @@ import os
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pydantic_core
+from pydantic import Field
 
 from runner.evaluator.core.bounded import PROTOCOL_CAP, check_path, read_bounded
 from runner.evaluator.core.canonical import digest, fast_canonical_bytes, fast_digest
@@ -26,6 +27,7 @@ from .freeze import FreezeRecord
 from .identities import Identities, controlled_factors_body, policy_body
 from .matrix import Slot, cell_set_hash, matrix_hash, subject_hashes
 from .spec import Spec
+from .subjects import subject_role
 from .witness import WitnessContract, contracts_hash
 
 PROTOCOL_FILE = "protocol.json"
@@ -40,6 +42,12 @@ class RunProtocol(Frozen):
     slots: list[Slot]
     contracts: list[WitnessContract]
     freeze_record: FreezeRecord | None
+    # each subject's role (oracle | agent; protocol/subjects.py `subject_role`); None in a
+    # protocol.json written before roles were recorded: then left out of the document, so its
+    # bytes stay what they were
+    subject_roles: dict[str, Literal["oracle", "agent"]] | None = Field(
+        default=None, exclude_if=lambda v: v is None
+    )
 
     def spec(self) -> Spec:
         return _parse_spec(self.spec_text)
@@ -176,6 +184,11 @@ def read_protocol(run_dir: Path) -> RunProtocol:
     return rp
 
 
+def subject_roles(spec: Spec) -> dict[str, Literal["oracle", "agent"]]:
+    """Each subject's role (oracle | agent), as protocol.json records it."""
+    return {s.id: subject_role(s.agent) for s in spec.subjects}
+
+
 def consistency_problems(rp: RunProtocol) -> list[str]:
     """Re-derive what can be re-derived from the file itself; name every mismatch."""
     problems: list[str] = []
@@ -196,6 +209,8 @@ def consistency_problems(rp: RunProtocol) -> list[str]:
         problems.append("matrix_hash does not match the spec and slots")
     if subject_hashes(spec) != ids.subject_config_hashes:
         problems.append("subject_config_hashes do not match the spec")
+    if rp.subject_roles is not None and rp.subject_roles != subject_roles(spec):
+        problems.append("subject_roles do not match the spec's subjects' adapters")
     contracts = {c.kind: c for c in rp.contracts}
     if contracts_hash(contracts) != ids.witness_contracts_hash:
         problems.append("witness_contracts_hash does not match the contracts")

@@ -168,13 +168,14 @@ class MiniSweAgentConfig(StrictFrozen):
     limits: Limits = Limits()
 
 
-# runner/subjects/reference.py's strategies (a subject imports nothing of runner; a test keeps the
-# two lists equal).
+# runner/benchmarks/swe_lite/subjects/reference.py's strategies (a subject imports nothing of
+# runner; a test keeps the two lists equal).
 REFERENCE_STRATEGIES = ("blind_retry", "checkpoint", "idempotency_key", "intent_reconcile")
 
 
 class ReferenceConfig(StrictFrozen):
-    """`agent = "reference:<name>"`: a reference strategy (runner/subjects/reference.py).
+    """`agent = "reference:<name>"`: a reference strategy, an oracle (swe-lite's:
+    runner/benchmarks/swe_lite/subjects/reference.py).
 
     With `model`, it asks that model which step comes next before every step (a control whose
     model calls are as mandatory as its tool calls, so faults on tool `model` reach it)."""
@@ -183,6 +184,19 @@ class ReferenceConfig(StrictFrozen):
     model: ModelSection | None = Field(
         default=None, description="plan each step with this model (scripted: one turn per step)"
     )
+
+
+# A subject's role: `reference:` subjects are oracles (they are given the known answer through
+# their own channel, so their result validates the benchmark, it does not rank an agent); every
+# other adapter's subject is an agent, given the agent view only. Recorded in protocol.json and in
+# each scorecard.
+SubjectRole = Literal["oracle", "agent"]
+ORACLE_ADAPTERS = frozenset({"reference"})
+
+
+def subject_role(agent: str) -> SubjectRole:
+    """The role of a `[[subjects]].agent` (`<adapter>:<name>`): oracle or agent."""
+    return "oracle" if agent.partition(":")[0] in ORACLE_ADAPTERS else "agent"
 
 
 class SubjectEnv(StrictFrozen):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection, Iterable
-from typing import Any
+from typing import Any, Literal
 
 from runner.evaluator.core.types import Status
 from runner.evaluator.evidence.hashing import jsonl_hash
@@ -143,6 +143,7 @@ def build_scorecard(
     comparison: ComparisonRules | None = None,
     derived_from: str | None = None,
     truth: TruthSource | None = None,
+    role: Literal["oracle", "agent"] | None = None,
 ) -> tuple[PublishableScorecard, bytes]:
     """The only constructor callers should use (the model re-validates the proof anyway).
 
@@ -247,4 +248,5 @@ def build_scorecard(
         truthfulness=None
         if truth is None
         else build_truthfulness(told_all, told_by, truth.model, truth.policy),
+        subject_role=role,
     ), data

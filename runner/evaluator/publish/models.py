@@ -245,6 +245,11 @@ class PublishableScorecard(Frozen):
     derived_from: Digest | None = Field(
         default=None, description="the scorecard this one re-grades (bench regrade)"
     )
+    subject_role: Literal["oracle", "agent"] | None = Field(
+        default=None,
+        description="oracle: a reference subject given the known answer (it validates the "
+        "benchmark); agent: given the agent view only. None: a scorecard made before roles",
+    )
 
     truthfulness: Truthfulness | None = Field(
         default=None, description="what the framework told its model, who duplicated (issue 23)"

@@ -53,6 +53,10 @@ def scorecard_md(s: PublishableScorecard) -> str:
         f"- environment conformance: `{s.environment_conformance or 'none required'}`",
         f"- measures: {', '.join(s.measures) or 'none'}",
     ]
+    if s.subject_role == "oracle":
+        lines.append("- role: **oracle** (given the known answer: validates the benchmark)")
+    elif s.subject_role == "agent":
+        lines.append("- role: agent (given the task's agent view only)")
     if s.derived_from:
         lines.append(f"- derived from scorecard `{s.derived_from}` (regraded)")
     if s.scenario_mismatch_strata:

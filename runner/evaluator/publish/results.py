@@ -38,6 +38,7 @@ from runner.evaluator.protocol.runfile import (
     consistency_problems,
     read_protocol,
 )
+from runner.evaluator.protocol.subjects import subject_role
 from runner.evaluator.verdict.eligibility import (
     NO_ENVIRONMENT,
     EnvironmentCheck,
@@ -225,6 +226,7 @@ def _render(
     lines: each evaluation is dropped once its files are out (`SubjectEvaluation.held`)."""
     spec = rp.spec()
     markdown = "markdown" in spec.publication.outputs
+    roles = {s.id: subject_role(s.agent) for s in spec.subjects}
     out: dict[str, SubjectResult] = {}
     cards_json: dict[str, bytes] = {}  # what the statements bind
     for subject, ev in subjects:
@@ -242,6 +244,7 @@ def _render(
                 spec.comparison,
                 (derived_from or {}).get(subject),
                 None if run_dir is None else truth_source(run_dir, spec, subject),
+                roles.get(subject),
             )
             del ev
             put(base + CELL_SCORES_FILE, rows)

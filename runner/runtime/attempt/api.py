@@ -63,6 +63,9 @@ class SubjectCommand:
     max_relaunches: int = 3
     timeout_s: float = 300.0  # whole-attempt bound for the subject; exceeded -> harness error
     task: Mapping[str, Any] | None = None  # written to AFB_TASK_FILE when given
+    # the oracle view (oracle subjects only): written to AFB_ORACLE_FILE in the state directory,
+    # never put in argv (any local user may read a process's command line)
+    oracle: Mapping[str, Any] | None = None
     model: ModelProxyPlan | None = None  # start a model proxy for the attempt
     mcp: bool = False  # serve the tools over MCP (AFB_MCP_URL)
     tools: Sequence[Any] = ()  # the spec's [[tools]] (served over MCP); () = the defaults
@@ -117,9 +120,9 @@ class AttemptPlan:
     scorer_version: str
     grade: Callable[[GradeContext], GradeOutcome]
     sandbox_setup: Sequence[Sequence[str]] = ()  # argv run in the sandbox before the subject
-    proxy_tools: Mapping[tuple[str, str], str] = field(
-        default_factory=lambda: {("POST", "/effects"): "submit_patch"}
-    )
+    # (method, path) at the destination -> the irreversible tool it stands for: the workload's
+    # submit route (`Workload.effect_routes`), or the self-test's; none by default
+    proxy_tools: Mapping[tuple[str, str], str] = field(default_factory=dict)
     idempotency_keys: bool = True  # the destination's declared capability
     actuator: Literal["real", "noop"] = "real"  # noop: negative conformance
 

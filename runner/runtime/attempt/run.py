@@ -80,9 +80,10 @@ class _LedgerEndpoint:
     address: tuple[str, int]
 
 
-def write_task_file(state_dir: Path, task: Mapping[str, Any]) -> Path:
-    """AFB_TASK_FILE: the task as the workload describes it, readable by the subject."""
-    path = state_dir / "task.json"
+def write_task_file(state_dir: Path, task: Mapping[str, Any], name: str = "task.json") -> Path:
+    """AFB_TASK_FILE (the agent view) or AFB_ORACLE_FILE (`oracle.json`, the oracle view):
+    readable by the subject only (its state directory is its own, 0700)."""
+    path = state_dir / name
     path.write_text(json.dumps(dict(task), sort_keys=True, indent=1) + "\n", encoding="utf-8")
     os.chmod(path, 0o444)
     return path
@@ -299,6 +300,7 @@ class _Attempt:
         uid = subject_uid(net.index)
         state_dir = prepare_state_dir(s.subject_root / self.name, uid, uid)
         scope = f"{s.run_id}/{self.name}"
+        interposer.set_status(lambda: dest.ledger.status(scope))  # submission_status
         env = {
             **dict(p.subject.env),
             "AFB_INTERPOSER_URL": "http://{}:{}".format(*interposer.address),
@@ -311,6 +313,10 @@ class _Attempt:
         }
         if p.subject.task is not None:
             env["AFB_TASK_FILE"] = str(write_task_file(state_dir, p.subject.task))
+        if p.subject.oracle is not None:  # the oracle channel: oracle subjects only
+            env["AFB_ORACLE_FILE"] = str(
+                write_task_file(state_dir, p.subject.oracle, "oracle.json")
+            )
         if p.subject.model is not None:
             self.stage = "model_proxy"
             self.model = start_model_proxy(

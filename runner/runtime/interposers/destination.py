@@ -100,6 +100,16 @@ class Ledger:
         with self._lock:
             return [dict(i) for i in self._items if i["scope"] == scope]
 
+    def status(self, scope: str) -> dict[str, Any]:
+        """`submission_status`'s answer: what this ledger committed for `scope` (read-only)."""
+        items = self.query(scope)
+        return {
+            "scope": scope,
+            "committed": bool(items),
+            "effects": len(items),
+            "effect_ids": [str(i["effect_id"]) for i in items],
+        }
+
     def all(self) -> list[dict[str, Any]]:
         with self._lock:
             return [dict(i) for i in self._items]

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import mcp_types as types
 
-from runner.runtime.interposers.tools import TOOLS, Reply
+from runner.runtime.interposers.tools import STATUS_TOOL, TOOLS, Reply
 
 _SANDBOX_SCHEMAS: dict[str, dict[str, Any]] = {
     "read_file": {
@@ -54,6 +54,10 @@ _SANDBOX_DESCRIPTIONS = {
     "exec": "Run argv in the sandbox (no shell unless you call one): {exit_code, stdout, stderr}.",
     "run_tests": "Run the task's tests (or argv): {exit_code, stdout, stderr, passed}.",
 }
+_STATUS_DESCRIPTION = (
+    "Has a submission of this attempt been committed? Read-only, from the destination's ledger: "
+    "{scope, committed, effects, effect_ids}."
+)
 _EFFECT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -123,13 +127,15 @@ def catalogue(decls: Sequence[ToolDecl] | None, effects: Effects | None) -> list
         if name in TOOLS:
             schema, desc = _SANDBOX_SCHEMAS[name], _SANDBOX_DESCRIPTIONS[name]
             read_only = name == "read_file"
+        elif name == STATUS_TOOL:  # served by the interposer, listed only when declared
+            schema, desc, read_only = _EMPTY_SCHEMA, _STATUS_DESCRIPTION, True
         elif name in routes:
             schema = _EFFECT_SCHEMA
             desc = f"Commit an effect at the destination ({routes[name].path})."
             read_only = False
         else:
             raise ValueError(
-                f"tools: {name!r} has no MCP handler (sandbox tools: {list(TOOLS)}; "
+                f"tools: {name!r} has no MCP handler (sandbox tools: {[*TOOLS, STATUS_TOOL]}; "
                 f"effect tools: {sorted(routes)})"
             )
         out.append(

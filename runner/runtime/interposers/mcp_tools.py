@@ -5,7 +5,8 @@ meet the same semantic checkpoints as one speaking the interposer's HTTP API. Th
 a transport: the official `mcp` SDK (low-level `Server` + its Streamable HTTP session manager,
 JSON responses) under uvicorn on a thread, in front of the same dispatch paths.
 
-- Sandbox tools (`read_file`, `write_file`, `exec`, `run_tests`) drive the interposer's own
+- Sandbox tools (`read_file`, `write_file`, `exec`, `run_tests`), and the read-only
+  `submission_status` when the spec lists it, drive the interposer's own
   `ToolCall` (`ToolInterposer.open_call`): the same events (`received`, `dispatched`,
   `effect_done`, `response_sent`) under the same source (`tool_interposer`), so one ordinal per
   tool counts MCP and HTTP calls alike, and the same call records feed the witnesses.
@@ -57,7 +58,7 @@ from mcp.shared.exceptions import MCPError
 
 from runner.runtime.interposers import mcp_catalogue as cat
 from runner.runtime.interposers.mcp_catalogue import EffectRoute, Effects, ToolDecl
-from runner.runtime.interposers.tools import TOOLS, BadToolCall, Reply, ToolCall, ToolInterposer
+from runner.runtime.interposers.tools import BadToolCall, Reply, ToolCall, ToolInterposer
 
 __all__ = ["EffectRoute", "Effects", "McpCallRecord", "McpToolServer", "ToolDecl"]
 
@@ -257,7 +258,8 @@ class McpToolServer:
         key = request.headers.get(SESSION_HEADER, SESSIONLESS) if request is not None else ""
         name, args = params.name, dict(params.arguments or {})
         call_id = f"mcp-{secrets.token_hex(6)}"
-        if name in TOOLS and name in self._schemas:
+        if name in self.interposer.tool_names() and name in self._schemas:
+            # the sandbox tools and submission_status: the interposer's own call path
             return await self._sandbox_call(ex, key, call_id, name, args)
         if name in self._routes and name in self._schemas:
             return await self._effect_call(ex, key, call_id, self._routes[name], args)

@@ -4,8 +4,12 @@
   the sandbox was restarted.
 - `POST /call` `{session_id, call_id?, tool, args}` -> `{call_id, tool, ok, result | error}`.
   Tools: `read_file {path}`, `write_file {path, content | content_b64}`, `exec {argv, stdin?,
-  timeout?}`, `run_tests {argv?}`. A tool that fails in the sandbox is `ok: false` (200);
-  a stale session is `409 {"error": "stale_session"}`, an unknown one `404`.
+  timeout?}`, `run_tests {argv?}`; and, when the attempt gives it a status source,
+  `submission_status {}` (read-only: `{scope, committed, effects, effect_ids}` from the
+  destination's ledger for the attempt's scope; it runs nothing in the sandbox). A tool that fails
+  in the sandbox is `ok: false` (200); a stale session is `409 {"error": "stale_session"}`, an
+  unknown one `404`.
+- `GET /tools` -> `{"tools": [{name, read_only}]}`: the tools this interposer serves.
 
 Sessions carry the sandbox epoch. The harness calls `bump_epoch()` when it restarts or
 recreates the sandbox; from then on every call on an older session fails visibly and the
@@ -41,6 +45,9 @@ from runner.runtime.interposers.serving import ServedInThread
 SOURCE = "tool_interposer"
 COLLECTOR = "tool_interposer"
 TOOLS = ("read_file", "write_file", "exec", "run_tests")
+# Read-only: has anything been committed in this attempt's scope? An ordinary tool for triggers
+# (same events, same ordinals), answered by the status source the attempt sets (`set_status`).
+STATUS_TOOL = "submission_status"
 MAX_BODY = 16 * 1024 * 1024
 
 
@@ -203,6 +210,7 @@ class ToolInterposer(ServedInThread["_Server"]):
         self._stale: list[StaleFailure] = []
         self._calls: dict[str, CallRecord] = {}
         self._counts: dict[str, int] = {}
+        self._status: Callable[[], dict[str, Any]] | None = None
 
     def _make_server(self) -> _Server:
         server = _Server(self._bind, _Handler)
@@ -225,6 +233,16 @@ class ToolInterposer(ServedInThread["_Server"]):
     def set_sandbox(self, sandbox: ToolSandbox) -> None:
         with self._lock:
             self.sandbox = sandbox
+
+    def set_status(self, source: Callable[[], dict[str, Any]] | None) -> None:
+        """Serve `submission_status` from `source` (the destination's ledger for the scope)."""
+        with self._lock:
+            self._status = source
+
+    def tool_names(self) -> tuple[str, ...]:
+        """The tools served: the sandbox tools, and the status tool when it has a source."""
+        with self._lock:
+            return TOOLS + ((STATUS_TOOL,) if self._status is not None else ())
 
     def counts(self) -> dict[str, int]:
         """Tool calls received (stale-session calls never reach the sandbox: not counted)."""
@@ -289,8 +307,9 @@ class ToolInterposer(ServedInThread["_Server"]):
     ) -> ToolCall | Reply:
         """Validate and admit one call: a `ToolCall` to drive, or the `Reply` that refuses it
         (404 unknown / 409 stale session: never counted). Raises `BadToolCall` when malformed."""
-        if tool not in TOOLS or not isinstance(args, dict):
-            raise BadToolCall(f"tool must be one of {TOOLS} and args an object")
+        names = self.tool_names()
+        if tool not in names or not isinstance(args, dict):
+            raise BadToolCall(f"tool must be one of {names} and args an object")
         run = self._prepare(tool, args)
         status, err = self._check_session(session_id, call_id, tool)
         if status:
@@ -350,6 +369,10 @@ class ToolInterposer(ServedInThread["_Server"]):
         self, tool: str, args: dict[str, Any]
     ) -> Callable[[], tuple[bool, dict[str, Any]]]:
         """Validate a call before it counts; the returned thunk runs it in the sandbox."""
+        if tool == STATUS_TOOL:
+            if args:
+                raise BadToolCall(f"{STATUS_TOOL} takes no arguments")
+            return self._status_call
         if tool == "read_file":
             path = _str(args, "path")
             return lambda: self._guard(lambda sb: _read(sb, path))
@@ -374,6 +397,16 @@ class ToolInterposer(ServedInThread["_Server"]):
             raise BadToolCall("args.timeout must be a positive number")
         feed = stdin.encode() if stdin is not None else None
         return lambda: self._guard(lambda sb: _exec(sb, argv, feed, float(timeout), tool))
+
+    def _status_call(self) -> tuple[bool, dict[str, Any]]:
+        with self._lock:
+            source = self._status
+        try:
+            if source is None:
+                raise RuntimeError("no status source")
+            return True, source()
+        except Exception as exc:  # the subject sees the failure
+            return False, {"error": f"{type(exc).__name__}: {exc}"}
 
     def _guard(self, op: Callable[[ToolSandbox], dict[str, Any]]) -> tuple[bool, dict[str, Any]]:
         with self._lock:
@@ -465,6 +498,15 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(body, dict):
             raise BadToolCall("body must be a JSON object")
         return body
+
+    def do_GET(self) -> None:
+        ti = self.server.interposer
+        if self.path == "/tools":
+            tools = [{"name": n, "read_only": n in ("read_file", STATUS_TOOL)}
+                     for n in ti.tool_names()]  # fmt: skip
+            self._reply(200, {"tools": tools})
+        else:
+            self._reply(404, {"error": "not_found"})
 
     def do_POST(self) -> None:
         ti = self.server.interposer

@@ -13,6 +13,11 @@ whose answer does not arrive is reported to the agent as a failed command, exact
 other failed action: what the agent (its model) then does is what the benchmark measures. There
 is no idempotency key and no state across restarts: mini-swe-agent has neither.
 
+The bash command `afb-submission-status` (alone on its line) is the benchmark's read-only status
+tool, `submission_status`, called through the tool interposer like any tool: its observation is
+the tool's JSON answer (`{scope, committed, effects, effect_ids}`), so a model can ask whether a
+submission whose answer was lost was committed before it submits again.
+
 Standard library only (plus mini-swe-agent itself), so it imports nothing of the benchmark.
 """
 
@@ -30,6 +35,8 @@ from minisweagent.exceptions import Submitted
 from pydantic import BaseModel
 
 SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+STATUS_COMMAND = "afb-submission-status"  # -> tool submission_status (read-only)
+STATUS_TOOL = "submission_status"
 
 
 class AfbSandboxEnvironmentConfig(BaseModel):
@@ -90,38 +97,47 @@ class AfbSandboxEnvironment:
         self._log("attached", session=body["session_id"], previous=self.session)
         self.session = body["session_id"]
 
+    def _status(self, timeout: int) -> dict[str, Any]:
+        """`afb-submission-status`: the read-only status tool, its JSON answer as the output."""
+        return self._call(STATUS_TOOL, {}, timeout)
+
     def _exec(self, command: str, cwd: str, timeout: int) -> dict[str, Any]:
+        script = f"cd {cwd} && {command}" if cwd else command
+        exports = "".join(f"export {k}={json.dumps(v)}; " for k, v in self.config.env.items())
+        # one stream, in order, as mini-swe-agent's own environments give it
+        argv = ["bash", "-c", f"exec 2>&1; {exports}{script}"]
+        return self._call("exec", {"argv": argv, "timeout": timeout}, timeout)
+
+    def _call(self, tool: str, args: dict[str, Any], timeout: int) -> dict[str, Any]:
         notes = []
         for _ in range(3):
             if self.session is None:
                 self._attach()
             self.calls += 1
             call_id = f"msa-r{self.restart}-c{self.calls}"
-            script = f"cd {cwd} && {command}" if cwd else command
-            exports = "".join(f"export {k}={json.dumps(v)}; " for k, v in self.config.env.items())
-            # one stream, in order, as mini-swe-agent's own environments give it
-            argv = ["bash", "-c", f"exec 2>&1; {exports}{script}"]
-            args = {"argv": argv, "timeout": timeout}
             status, body = self._http(self.interposer, "POST", "/call",
                                       {"session_id": self.session, "call_id": call_id,
-                                       "tool": "exec", "args": args}, {}, timeout + 60)  # fmt: skip
+                                       "tool": tool, "args": args}, {}, timeout + 60)  # fmt: skip
             if status == 409:  # the sandbox restarted: our session is stale
                 notes.append("the sandbox was restarted; reconnected (files may have been reset)")
                 self._log("stale_session", call_id=call_id)
                 self.session = None
                 continue
             if status != 200:
-                raise _Transport(f"exec answered {status}: {body}")
+                raise _Transport(f"{tool} answered {status}: {body}")
             result = body.get("result") or {}
             if not body.get("ok"):
                 error = str(body.get("error", ""))
                 return {"output": "\n".join([*notes, error]), "returncode": -1,
                         "exception_info": f"tool error: {error}"}  # fmt: skip
-            out = str(result.get("stdout", "")) + str(result.get("stderr", ""))
+            if tool == STATUS_TOOL:  # the answer is the output; the command succeeded
+                out, code = json.dumps(result, sort_keys=True), 0
+            else:
+                out = str(result.get("stdout", "")) + str(result.get("stderr", ""))
+                code = int(result.get("exit_code", -1))
             if notes:
                 out = "\n".join(notes) + "\n" + out
-            return {"output": out, "returncode": int(result.get("exit_code", -1)),
-                    "exception_info": ""}  # fmt: skip
+            return {"output": out, "returncode": code, "exception_info": ""}
         raise _Transport("the sandbox session went stale repeatedly")
 
     # ------------------------------------------------------------------- mini-swe-agent API
@@ -130,7 +146,10 @@ class AfbSandboxEnvironment:
                 ) -> dict[str, Any]:  # fmt: skip
         command = action.get("command", "")
         try:
-            output = self._exec(command, cwd or self.config.cwd, timeout or self.config.timeout)
+            if command.strip() == STATUS_COMMAND:
+                output = self._status(timeout or self.config.timeout)
+            else:
+                output = self._exec(command, cwd or self.config.cwd, timeout or self.config.timeout)
         except _Transport as exc:
             why = f"An error occurred while executing the command: {exc}"
             output = {"output": "", "returncode": -1, "exception_info": why}

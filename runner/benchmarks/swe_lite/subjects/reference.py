@@ -26,7 +26,10 @@ its strategy does with the irreversible submit.
 
 Standalone on purpose (standard library only): it runs as an unprivileged user inside the
 attempt's network namespace with the system python3, and imports nothing of the benchmark.
-Configuration comes from the environment (AFB_*) and a task file (--task JSON).
+Configuration comes from the environment (AFB_*) and the oracle view of the task (the file named
+by AFB_ORACLE_FILE, or `--oracle FILE`): the agent view plus the known answer (gold and tests
+patch, hidden test ids). These subjects are oracles (role `oracle`): no other subject is given
+that channel.
 """
 
 from __future__ import annotations
@@ -326,11 +329,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--strategy", choices=STRATEGIES, required=True)
     ap.add_argument("--plan-with-model", action="store_true",
                     help="ask the model (OPENAI_BASE_URL) for each next step")  # fmt: skip
-    src = ap.add_mutually_exclusive_group(required=True)
-    src.add_argument("--task", type=Path, help="a task JSON file")
-    src.add_argument("--task-json", help="the task JSON itself")
+    ap.add_argument("--oracle", type=Path, default=os.environ.get("AFB_ORACLE_FILE"),
+                    help="the oracle view, a JSON file (default: $AFB_ORACLE_FILE)")  # fmt: skip
     args = ap.parse_args(argv)
-    task = json.loads(args.task.read_text() if args.task else args.task_json)
+    if args.oracle is None:
+        ap.error("no oracle view: give --oracle FILE or set AFB_ORACLE_FILE")
+    task = json.loads(Path(args.oracle).read_text())
     return Agent(args.strategy, task, args.plan_with_model).run()
 
 
