@@ -45,9 +45,11 @@ from pathlib import Path
 from typing import Any
 
 from runner.benchmarks.swe_lite.grade import Task, load_task, patch_files
+from runner.benchmarks.swe_lite.subjects.reference import (
+    STEPS,  # the one import of the reference subject's steps
+)
 from runner.benchmarks.swe_lite.workload import SANDBOX_SRC
 from runner.evaluator.protocol.policy import POLICIES
-from runner.benchmarks.swe_lite.subjects.reference import STEPS  # the one import of the reference subject's steps
 
 SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 STATUS_COMMAND = "afb-submission-status"
