@@ -81,8 +81,7 @@ def unsigned_run(run_dir: Path) -> bool:
 
 def say_unsigned(run_dir: Path) -> None:
     out.print(
-        f"verified {run_dir}: journals, blobs, protocol and results all re-derive from its "
-        "evidence"
+        f"verified {run_dir}: journals, blobs, protocol and results all re-derive from its evidence"
     )
     err.print(
         "[bold red]not signed[/]: the run has no signatures/run.dsse.json (no signing key was "
