@@ -85,3 +85,31 @@ def test_every_command_group_is_listed_in_bench_help() -> None:
     res = cli.invoke(app, ["--help"])
     for group in ("subjects", "vectors", "keys", "registry", "sweep", "verify"):
         assert group in res.output, group
+
+
+def test_jobs_default_follows_the_machine() -> None:
+    """The rule README states: min(8, usable CPUs, available memory / 1 GiB), at least 1; one
+    CPU of affinity (a real child process pinned to CPU 0) gives 1."""
+    import os
+    import subprocess
+    import sys
+
+    import psutil
+
+    from runner.cli.options import default_jobs, usable_cpus
+
+    cpus = len(os.sched_getaffinity(0))
+    mem = psutil.virtual_memory().available >> 30
+    assert default_jobs() == max(1, min(8, usable_cpus(), mem)) and usable_cpus() <= cpus
+    pinned = subprocess.run(
+        [sys.executable, "-c", "import os; os.sched_setaffinity(0, {0}); "
+         "from runner.cli.options import default_jobs; print(default_jobs())"],
+        capture_output=True, text=True, cwd=ROOT, check=True,
+    )  # fmt: skip
+    assert pinned.stdout.strip() == "1"
+
+
+def test_jobs_with_a_cluster_is_refused(tmp_path: Path) -> None:
+    res = cli.invoke(app, ["run", str(ROOT / "specs" / "example.toml"), "--jobs", "2",
+                           "--cluster", "tcp://127.0.0.1:1"])  # fmt: skip
+    assert res.exit_code == 2 and "--jobs is for a local run" in res.output, res.output
