@@ -27,7 +27,10 @@ def keys_init(directory: KeyDir = None) -> None:
     out.print(f"created {made.path.parent}/{signing.PRIVATE} (owner only) and {made.path}")
     out.print(f"key id {made.keyid}")
     out.print(made.pem.decode().rstrip(), markup=False)
-    out.print("to have verifiers trust it: copy the public key into keys/trusted/<name>.pub")
+    out.print(
+        "to have verifiers trust it: copy the public key into keys/trusted/<name>.pub, with a "
+        "<name>.window.toml giving not_before (and not_after when it is retired): keys/README.md"
+    )
 
 
 @keys_app.command("show")

@@ -136,8 +136,9 @@ def sign_if_keyed(run_dir: Path, log: Callable[[str], object] = print) -> bool:
             shutil.rmtree(stale)
             log(f"removed {stale}: it signed the results this evaluation replaced")
         log(
-            f"unsigned: no signing key in {where} (`bench keys init`): reproduce and compare "
-            "refuse this run unless --allow-unsigned, and registry add refuses it"
+            f"unsigned: no signing key in {where} (`bench keys init`, then `bench keys sign "
+            f"{run_dir}`): verify, reproduce and compare refuse this run unless "
+            "--allow-unsigned, and registry add refuses it"
         )
         return False
     key_outside(run_dir, where)
