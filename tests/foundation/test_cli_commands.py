@@ -113,3 +113,22 @@ def test_jobs_with_a_cluster_is_refused(tmp_path: Path) -> None:
     res = cli.invoke(app, ["run", str(ROOT / "specs" / "example.toml"), "--jobs", "2",
                            "--cluster", "tcp://127.0.0.1:1"])  # fmt: skip
     assert res.exit_code == 2 and "--jobs is for a local run" in res.output, res.output
+
+
+@pytest.mark.parametrize("kind", ["sparse", "fifo"])
+def test_subjects_digest_reads_the_tree_bounded(tmp_path: Path, kind: str) -> None:
+    """A 2 GiB sparse file or a FIFO in a subject folder: exit 2 naming it, at once."""
+    import os
+    import time
+
+    bad = tmp_path / "project" / "weights.bin"
+    bad.parent.mkdir()
+    if kind == "sparse":
+        with open(bad, "wb") as fh:
+            fh.truncate(2 << 30)
+    else:
+        os.mkfifo(bad)
+    started = time.monotonic()
+    res = cli.invoke(app, ["subjects", "digest", str(bad.parent)])
+    assert res.exit_code == 2 and "weights.bin" in res.output, res.output
+    assert time.monotonic() - started < 5

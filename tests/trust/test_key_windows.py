@@ -292,3 +292,20 @@ def test_every_published_bundle_verifies_under_the_windows(bundle: Path) -> None
 
 def test_the_registry_head_verifies_under_the_windows() -> None:
     check_head(ROOT / "registry" / "registry.jsonl", trusted_keys(ROOT / "keys" / "trusted"))
+
+
+@pytest.mark.parametrize("pad", [0, 70_000, 300_000])
+def test_the_latest_journal_time_reads_long_last_lines(tmp_path: Path, pad: int) -> None:
+    """The last line is found from the end however long it is (up to a journal line's cap),
+    and the latest at_ns of all journals wins; an empty journal records no time."""
+    from runner.evaluator.trust.window import latest_journal_time
+
+    a, b, empty = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "c.jsonl"
+    a.write_text(
+        '{"at_ns":"5000000000"}\n' + json.dumps({"at_ns": "7000000000", "x": "y" * pad}) + "\n"
+    )
+    b.write_text('{"at_ns":"9000000000"}\n{"at_ns":"6000000000"}\n')
+    empty.write_text("")
+    got = latest_journal_time([a, b, empty], "t")
+    assert got is not None and got.at.timestamp() == 7.0 and not got.exact
+    assert latest_journal_time([empty], "t") is None

@@ -38,6 +38,7 @@ from pydantic import AwareDatetime, ValidationError
 from securesystemslib.signer import Key, SSlibKey  # type: ignore[attr-defined]  # public, no __all__
 
 from runner.evaluator.core import bounded
+from runner.evaluator.core.bounded import JOURNAL_LINE_CAP
 from runner.evaluator.core.canonical import parse_json
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.types import StrictFrozen
@@ -47,7 +48,7 @@ from .envelope import TrustError, short
 WINDOW_SUFFIX = ".window.toml"
 WINDOW_FIELD = "x-afb-window"  # where the window rides on the key (securesystemslib's extra fields)
 MAX_WINDOW_BYTES = 4096
-MAX_TAIL_BYTES = 1 << 20  # the last line of a journal is read from at most this many tail bytes
+MAX_TAIL_BYTES = JOURNAL_LINE_CAP  # a journal's last line is read from at most this many bytes
 SIGNED_AT_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$"
 
 
@@ -169,9 +170,16 @@ def latest_recorded_at(data: bytes, source: str) -> SignedTime | None:
 
 
 def _last_line(path: Path) -> bytes:
+    """The journal's last line, read from its end (64 KiB, doubled while the line is longer,
+    up to one journal line's cap): a bundle of many journals is not read whole for a time."""
     size = path.stat().st_size
+    want = 64 << 10
     with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NONBLOCK)) as fh:
-        fh.seek(max(0, size - MAX_TAIL_BYTES))
-        tail = fh.read(MAX_TAIL_BYTES)
-    lines = tail.rstrip(b"\n").rsplit(b"\n", 1)
-    return lines[-1]
+        while True:
+            fh.seek(max(0, size - want))
+            tail = fh.read(want).rstrip(b"\n")
+            if b"\n" in tail or want >= size:
+                return tail.rsplit(b"\n", 1)[-1]
+            if want > MAX_TAIL_BYTES:
+                raise TrustError(f"{path}: its last line is longer than {MAX_TAIL_BYTES} bytes")
+            want *= 2
