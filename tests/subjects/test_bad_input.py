@@ -113,6 +113,7 @@ def test_live_mode_without_its_key(tmp_path: Path) -> None:
 
 
 @pytest.mark.runtime  # builds or locks the subject environment in /var/lib/afb: root
+@pytest.mark.uv  # the build is `uv sync --frozen`
 def test_an_environment_that_does_not_build(tmp_path: Path) -> None:
     root = tmp_path / "checkout"
     project = root / "subjects" / "broken"
