@@ -198,3 +198,30 @@ def run_historic_bench(
             [*argv, *args, *extra], cwd=tree, env=env, capture_output=True, text=True, check=False
         )
     return HistoricRun(found, proc.returncode, proc.stdout, proc.stderr)
+
+
+def unsigned_copy(bundle: Path, into: Path) -> Path:
+    """The bundle without its signatures/, for an evaluator that predates signing."""
+    from runner.evaluator.trust.run import SIGNATURES
+
+    copy = into / bundle.name
+    shutil.copytree(bundle, copy, symlinks=True,
+                    ignore=lambda d, names: [SIGNATURES] if Path(d) == bundle else [])  # fmt: skip
+    return copy
+
+
+def reproduce_with_own_evaluator(repo: Path, bundle: Path, digest: str) -> HistoricRun:
+    """`bench reproduce` of the bundle by the evaluator whose inputs hash to `digest` (its own),
+    on an unsigned copy: the signatures are this checkout's to check, against its trusted keys
+    (an older evaluator may predate the key that signed the bundle). What `bench reproduce
+    --evaluator-from-history` and `bench keys sign` of an older bundle both run."""
+    with tempfile.TemporaryDirectory(prefix="afb-reproduce-") as tmp:
+        copy = unsigned_copy(bundle.resolve(), Path(tmp))
+        return run_historic_bench(
+            repo, digest, ["reproduce", str(copy)], if_known=["--allow-unsigned"]
+        )
+
+
+def reproduced(ran: HistoricRun) -> bool:
+    """Did a historic `bench reproduce` say REPRODUCED (exit 0)?"""
+    return ran.returncode == 0 and "REPRODUCED" in ran.stdout

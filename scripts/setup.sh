@@ -41,7 +41,7 @@ fi
 # from subjects/<name>/uv.lock into /var/lib/afb/subject-envs/<name>-<digest>, outside .venv.
 for project in subjects/*/; do
   [ -f "$project/uv.lock" ] || continue
-  .venv/bin/python -m runner.runtime.subjectenv "${project%/}"
+  .venv/bin/bench subjects build "${project%/}"
 done
 bash scripts/setup-claude-code.sh  # Claude Code (pinned native binary) for tests/subjects
 log "done"

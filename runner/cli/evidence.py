@@ -10,60 +10,35 @@ import typer
 from rich.table import Table
 
 from runner.cli.app import EXIT_INCOMPLETE, EXIT_REFUSED, app, err, guarded, out
-from runner.cli.keys import AllowUnsigned, KeyDir, TrustedOpt, open_registry
+from runner.cli.display import summary_table
+from runner.cli.options import (
+    AllowUnsigned,
+    KeyDir,
+    RegOpt,
+    RunDir,
+    TrustedOpt,
+    need_run_dir,
+    open_registry,
+    signature_problem,
+)
 from runner.evaluator.core.canonical import canonical_bytes
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.inputs import evaluator_digest
 from runner.evaluator.publish.compare import compare as compare_results
 from runner.evaluator.publish.compare import comparison_md
-from runner.evaluator.publish.results import SubjectResult
 from runner.evaluator.publish.results import verify as verify_run
-
-RunDir = Annotated[Path, typer.Argument(help="a run directory", file_okay=False)]
-
-
-def _need_run_dir(path: Path) -> None:
-    # lexists: a FIFO or symlink protocol.json is the layout check's to name (exit 3), not "absent"
-    if not os.path.lexists(path / "protocol.json"):
-        raise InputError("not a run directory (no protocol.json)", file=str(path))
-
-
-def summary_table(results: dict[str, SubjectResult]) -> Table:
-    t = Table(title="results")
-    cols = ("subject", "decision", "faults witnessed", "completion", "duplicate effects", "reasons")
-    for col in cols:
-        t.add_column(col)
-    for subject, r in sorted(results.items()):
-        p = r.evaluation.proof
-        # witnessed / scheduled faults; baseline cells are not faults and are shown apart
-        cov = f"{p.coverage.witnessed}/{p.coverage.scheduled} (+{p.coverage.baseline} baseline)"
-        if r.scorecard is not None:
-            c = r.scorecard.overall
-            rate = c.completion.rate
-            t.add_row(
-                subject,
-                "[green]publishable[/]",
-                cov,
-                f"{rate.numerator}/{rate.denominator}" if rate else "n/a",
-                str(c.duplicate_effects.duplicate_effects),
-                "",
-            )
-        else:
-            shown = ", ".join(p.reason_codes[:4]) + (" ..." if len(p.reason_codes) > 4 else "")
-            t.add_row(subject, "[red]incomplete evidence[/]", cov, "-", "-", shown)
-    return t
 
 
 @app.command()
 @guarded
 def evaluate(run_dir: RunDir) -> None:
     """Re-derive proofs and results from a run's evidence alone; write RUN_DIR/results/."""
-    _need_run_dir(run_dir)
+    need_run_dir(run_dir)
     from runner.orchestrate import evaluate_and_write
 
     results = evaluate_and_write(run_dir, out.print)
     out.print(summary_table(results))
-    from runner.cli.run import print_draft_diagnostics
+    from runner.cli.display import print_draft_diagnostics
 
     print_draft_diagnostics(run_dir)  # a draft run's per-cell diagnostics ("not a result")
     out.print(f"results in {run_dir / 'results'}")
@@ -79,13 +54,15 @@ def verify(
 ) -> None:
     """Recompute every hash, journal chain, blob address and result, and check the run's
     signatures against the trusted keys; name the first mismatch."""
-    _need_run_dir(run_dir)
-    from runner.cli.reproduce import signature_problem
+    need_run_dir(run_dir)
     from runner.evaluator.environment.hooks import environment_hook
 
     problems = verify_run(run_dir, evaluator_digest(), environment_hook)
     if allow_unsigned:
         err.print("signature: not checked (--allow-unsigned): a local run, not a publication")
+    elif not problems and unsigned_run(run_dir):
+        say_unsigned(run_dir)
+        raise typer.Exit(EXIT_INCOMPLETE)
     elif (unsigned := signature_problem(run_dir, trusted_keys)) is not None:
         problems.append(f"signature: {unsigned}")  # after the evidence's own first mismatch
     if problems:
@@ -95,6 +72,29 @@ def verify(
         raise typer.Exit(EXIT_INCOMPLETE)
     signed = "" if allow_unsigned else ", signed by a trusted key"
     out.print(f"verified {run_dir}: journals, blobs, protocol and results all re-derive{signed}")
+
+
+def unsigned_run(run_dir: Path) -> bool:
+    """A run that was never signed (no run envelope at all), as opposed to a signature that is
+    wrong: the first is a local run's normal state, and is told how to sign."""
+    from runner.evaluator.trust.run import RUN_ENVELOPE
+
+    return not os.path.lexists(run_dir / RUN_ENVELOPE)
+
+
+def say_unsigned(run_dir: Path) -> None:
+    out.print(
+        f"verified {run_dir}: journals, blobs, protocol and results all re-derive from its evidence"
+    )
+    err.print(
+        "[bold red]not signed[/]: the run has no signatures/run.dsse.json (no signing key was "
+        "configured when it was evaluated), so nothing vouches who made it.\n"
+        f"  to sign it: `bench keys sign {run_dir}` (after `bench keys init`, or with the "
+        "publisher's key in $AFB_KEY_DIR); verifiers trust keys listed in keys/trusted/\n"
+        f"  or accept it unsigned: `bench verify --allow-unsigned {run_dir}` checks everything "
+        "above but the signature (a local run, never a publication; reproduce and compare take "
+        "the same flag, registry add never does)"
+    )
 
 
 @app.command()
@@ -132,9 +132,6 @@ def compare(
 
 registry_app = typer.Typer(help="The append-only result registry.", no_args_is_help=True)
 app.add_typer(registry_app, name="registry")
-RegOpt = Annotated[
-    Path | None, typer.Option("--registry", help="registry file (default: the repository's)")
-]
 
 
 @registry_app.command("list")

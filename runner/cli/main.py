@@ -14,8 +14,10 @@ from . import (  # noqa: F401
     reproduce,
     run,
     selftest,
+    subjects,
     sweep,
     tasks,
+    vectors,
     worker,
 )
 from .app import app

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from runner.cli.app import EXIT_INCOMPLETE, app, err, guarded, out
-from runner.cli.evidence import summary_table
+from runner.cli.display import summary_table
 from runner.evaluator.core.inputs import evaluator_digest
 
 

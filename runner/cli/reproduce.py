@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 
 from runner.cli.app import EXIT_INCOMPLETE, EXIT_REFUSED, app, err, guarded, out
-from runner.cli.keys import AllowUnsigned, TrustedOpt
+from runner.cli.options import AllowUnsigned, Jobs, TrustedOpt, default_jobs, signature_problem
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.inputs import evaluator_digest, project_root
 from runner.evaluator.environment.hooks import environment_hook
@@ -27,7 +27,7 @@ def reproduce(
         bool, typer.Option(help="also re-execute its matrix here and compare every cell")
     ] = False,
     out_dir: Annotated[Path, typer.Option("--out", help="where a rerun goes")] = Path("runs"),
-    jobs: Annotated[int, typer.Option(min=1, max=8)] = 1,
+    jobs: Jobs = None,
     from_history: Annotated[
         bool,
         typer.Option(
@@ -65,10 +65,12 @@ def reproduce(
     out.print(f"REPRODUCED {bundle}: {n} result files re-derive byte for byte")
     if not rerun:
         return
-    from runner.cli.run import cell_progress, log
+    from runner.cli.display import cell_progress, log
     from runner.orchestrate import rerun as rerun_bundle
 
-    again = rerun_bundle(bundle, out_dir, jobs=jobs, log=log, progress=cell_progress)
+    again = rerun_bundle(
+        bundle, out_dir, jobs=jobs or default_jobs(), log=log, progress=cell_progress
+    )
     if again.refused:
         err.print("[bold red]rerun refused[/]: this machine does not conform to the bundle's:")
         for c in again.refused:
@@ -81,26 +83,6 @@ def reproduce(
     out.print(
         f"RERUN REPRODUCED: every cell's deterministic projection is identical ({again.run_dir})"
     )
-
-
-def signature_problem(bundle: Path, trusted_dir: Path | None) -> str | None:
-    """Why the bundle's signatures do not hold, against the trusted keys (None: they hold)."""
-    from runner.evaluator.trust.keys import trusted_keys
-    from runner.evaluator.trust.run import signature_problem as problem
-
-    return problem(bundle, trusted_keys(trusted_dir))
-
-
-def unsigned_copy(bundle: Path, into: Path) -> Path:
-    """The bundle without its signatures/, for an evaluator that predates signing."""
-    import shutil
-
-    from runner.evaluator.trust.run import SIGNATURES
-
-    copy = into / bundle.name
-    shutil.copytree(bundle, copy, symlinks=True,
-                    ignore=lambda d, names: [SIGNATURES] if Path(d) == bundle else [])  # fmt: skip
-    return copy
 
 
 def _other_evaluator(
@@ -120,18 +102,10 @@ def _other_evaluator(
         raise typer.Exit(EXIT_INCOMPLETE)
     if rerun:
         raise InputError("--rerun needs the bundle's own evaluator checked out", key="--rerun")
-    import tempfile
+    from runner.history import repository, reproduce_with_own_evaluator, reproduced
 
-    from runner.history import repository, run_historic_bench
-
-    repo = repository(project_root())
-    with tempfile.TemporaryDirectory(prefix="afb-reproduce-") as tmp:
-        # signatures are checked here, against this checkout's trusted keys; an evaluator that
-        # checks them too is told so (it may predate the key that signed the bundle)
-        copy = unsigned_copy(bundle.resolve(), Path(tmp))
-        ran = run_historic_bench(
-            repo, theirs, ["reproduce", str(copy)], if_known=["--allow-unsigned"]
-        )
+    # signatures are checked here, against this checkout's trusted keys
+    ran = reproduce_with_own_evaluator(repository(project_root()), bundle, theirs)
     out.print(
         f"evaluator: commit {ran.found.commit[:12]} has evaluator inputs hashing to {theirs}; "
         "running its `bench reproduce` from a temporary export"
@@ -140,11 +114,10 @@ def _other_evaluator(
         out.print(f"  | {line}", markup=False)
     for line in ran.stderr.splitlines():
         err.print(f"  | {line}", markup=False)
-    reproduced = ran.returncode == 0 and "REPRODUCED" in ran.stdout
     if unsigned is not None:
         err.print(f"[bold red]NOT REPRODUCED[/]: signature: {escape(unsigned)}")
         raise typer.Exit(EXIT_INCOMPLETE)
-    if not reproduced:
+    if not reproduced(ran):
         err.print(
             f"[bold red]NOT REPRODUCED[/] by evaluator {theirs} (commit {ran.found.commit[:12]}, "
             f"exit {ran.returncode})"

@@ -45,15 +45,21 @@ def sweep(
         ("veth", report.veths),
         ("namespace", report.netns),
         ("subject environment", report.subject_envs),
+        ("state directory", report.state_dirs),
+        ("lock file", report.locks),
     )
+    removed = 0
     for what, items in sections:
         for item in items:
             out.print(f"removed {what}: {escape(item)}")
+            removed += 1
     for rid in report.skipped_live_runs:
         out.print(f"skipped live run {rid} (use --include-live to remove it)")
     for e in report.errors:
         out.print(f"[bold red]error:[/] {escape(e)}")
     if not report.removed_anything:
         out.print("nothing to remove")
+    else:
+        out.print(f"removed {removed} leftover(s) of crashed runs")
     if report.errors:
         raise typer.Exit(EXIT_INTERNAL)

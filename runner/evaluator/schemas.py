@@ -34,6 +34,7 @@ from runner.evaluator.publish.models import (
 from runner.evaluator.publish.registry import RegistryEntry
 from runner.evaluator.trust.head import HeadPredicate
 from runner.evaluator.trust.run import RunPredicate
+from runner.evaluator.trust.window import KeyWindow
 from runner.evaluator.verdict.eligibility import EligibilityProof
 from runner.evaluator.verdict.outcomes import TerminalRecord
 
@@ -61,6 +62,7 @@ MODELS: dict[str, type[BaseModel]] = {
     "registry-entry": RegistryEntry,
     "run-signature-predicate": RunPredicate,  # signatures/run.dsse.json's in-toto predicate
     "append-only-head-predicate": HeadPredicate,  # registry.head.dsse.json's predicate
+    "key-window": KeyWindow,  # keys/trusted/<name>.window.toml: a trusted key's validity window
     "spec": Spec,
     "identities": Identities,
     "slot": Slot,

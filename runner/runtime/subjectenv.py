@@ -26,7 +26,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -218,23 +217,3 @@ def sweep_environments(
                 shutil.rmtree(folder)
                 removed.append(f"{folder}: {why}")
     return removed
-
-
-def main(argv: list[str]) -> int:
-    """Build the environment of each project folder given (its digest as it is now)."""
-    root = project_root()
-    for arg in argv:
-        project = (root / arg).resolve()
-        rel = project.relative_to(root).as_posix()
-        env = UvEnvironment(project=rel, digest=tree_digest(project))
-        try:
-            b = ensure_built(env, root=root)
-        except InputError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        print(f"{rel}: {b.digest} -> {b.path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -34,6 +34,7 @@ from runner.evaluator.trust.run import (
     run_statement,
     scorecard_envelope,
 )
+from runner.evaluator.trust.window import now_signed_at
 
 
 def envelope(payload: bytes, signer: Signer) -> bytes:
@@ -58,8 +59,9 @@ def evidence_root(run_dir: Path) -> str:
     return str(roots.pop())
 
 
-def sign_results(run_dir: Path, key: Signer) -> list[Path]:
-    """Write RUN_DIR/signatures/ (replacing an older one whole); return the files written."""
+def sign_results(run_dir: Path, key: Signer, signed_at: str | None = None) -> list[Path]:
+    """Write RUN_DIR/signatures/ (replacing an older one whole); return the files written.
+    `signed_at` (RFC 3339 UTC) defaults to now: verifiers hold it against the key's window."""
     run_dir = run_dir.absolute()
     rp = read_protocol(run_dir)
     tmp = run_dir / f".{SIGNATURES}.tmp-{os.getpid()}"
@@ -73,6 +75,7 @@ def sign_results(run_dir: Path, key: Signer) -> list[Path]:
         evaluator_digest=judging_evaluator(run_dir),
         evidence_root_hash=evidence_root(run_dir),
         files=sums.count(b"\n"),
+        signed_at=signed_at or now_signed_at(),
     )
     files[MANIFEST] = sums
     files[RUN_ENVELOPE] = envelope(_statement_bytes(run_statement(sums, predicate)), key)
@@ -133,8 +136,9 @@ def sign_if_keyed(run_dir: Path, log: Callable[[str], object] = print) -> bool:
             shutil.rmtree(stale)
             log(f"removed {stale}: it signed the results this evaluation replaced")
         log(
-            f"unsigned: no signing key in {where} (`bench keys init`): reproduce and compare "
-            "refuse this run unless --allow-unsigned, and registry add refuses it"
+            f"unsigned: no signing key in {where} (`bench keys init`, then `bench keys sign "
+            f"{run_dir}`): verify, reproduce and compare refuse this run unless "
+            "--allow-unsigned, and registry add refuses it"
         )
         return False
     key_outside(run_dir, where)

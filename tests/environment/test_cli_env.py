@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 import runner.cli.env  # noqa: F401  (registers `bench env`)
@@ -18,6 +19,7 @@ def _v(name: str) -> str:
     return str(VECTORS / f"{name}.json")
 
 
+@pytest.mark.runtime  # observes this machine's Podman and OCI runtime: root
 def test_observe_json_then_check(tmp_path: Path) -> None:
     res = runner_.invoke(app, ["env", "observe", "--json"])
     assert res.exit_code == 0, res.output

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from runner.cli.keys import open_registry
 from runner.cli.main import app
+from runner.cli.options import open_registry
 from runner.evaluator.core.canonical import canonical_bytes
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.inputs import evaluator_digest

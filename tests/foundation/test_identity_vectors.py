@@ -1,7 +1,7 @@
 """Identity known-answer vectors (vectors/identity/*.json), computed with a fixed evaluator digest.
 
 If one of these fails, the spec language or a hashing rule changed what a protocol hashes to. If
-that was intended, regenerate with `uv run python vectors/identity/regenerate.py` and say why.
+that was intended, regenerate with `bench vectors regenerate` and say why.
 """
 
 from __future__ import annotations

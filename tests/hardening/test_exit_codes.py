@@ -182,3 +182,17 @@ def test_a_fifo_journal_never_blocks_evaluate(tmp_path: Path) -> None:
     os.mkfifo(run / "journals" / "0123456789abcdef-a1.jsonl")
     # evidence, not input: the layout check names it (exit 3) before any journal is opened
     _no_hang("evaluate", run, code=3, needle="is a FIFO", timeout=30)
+
+
+def test_a_2gib_sparse_file_inside_a_task_folder_is_exit_2_fast(tmp_path: Path) -> None:
+    """Task trees are read bounded (README "Limits"): refused by size from lstat, never read."""
+    import time
+
+    spec = _spec(tmp_path, TEXT)
+    big = tmp_path / "example-tasks" / "toy-add" / "huge.bin"
+    with open(big, "wb") as fh:
+        fh.truncate(2 << 30)
+    started = time.monotonic()
+    _says(bench("plan", spec), 2, "huge.bin", "task_sets[0].tasks[0].path")
+    assert time.monotonic() - started < 5
+    _no_hang("plan", spec, code=2, needle="huge.bin", timeout=30)

@@ -20,7 +20,22 @@ from runner.evaluator.core.inputs import evaluator_digest, export_inputs, load_d
 from runner.evaluator.core.nar import nar_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
-needs_nix = pytest.mark.skipif(shutil.which("nix-instantiate") is None, reason="nix not installed")
+
+
+def _nix_problem() -> str | None:
+    """Why nix cannot evaluate here (not installed, or a store this user cannot open), or None."""
+    if shutil.which("nix-instantiate") is None:
+        return "nix not installed"
+    probe = subprocess.run(["nix-instantiate", "--eval", "-E", "1"], capture_output=True,
+                           text=True, timeout=120, check=False)  # fmt: skip
+    if probe.returncode != 0:
+        last = (probe.stderr.strip().splitlines() or ["?"])[-1]
+        return f"nix cannot evaluate as this user (a non-root user without a nix daemon): {last}"
+    return None
+
+
+NIX_PROBLEM = _nix_problem()
+needs_nix = pytest.mark.skipif(NIX_PROBLEM is not None, reason=str(NIX_PROBLEM))
 
 
 def _nix(*args: str) -> str:

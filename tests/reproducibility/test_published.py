@@ -150,6 +150,7 @@ def _reproduce_cli(bundle: Path) -> tuple[int, str]:
 
 
 @needs_history
+@pytest.mark.uv  # an older evaluator with another uv.lock runs through `uv run`
 @pytest.mark.parametrize("bundle", BUNDLES, ids=[b.name for b in BUNDLES])
 def test_every_published_bundle_reproduces_with_its_own_evaluator(bundle: Path) -> None:
     code, output = _reproduce_cli(bundle)
@@ -175,6 +176,7 @@ def test_another_evaluators_bundle_is_named_as_such_without_the_flag() -> None:
 
 
 @needs_history
+@pytest.mark.uv
 @pytest.mark.parametrize("bundle", BUNDLES, ids=[b.name for b in BUNDLES])
 def test_one_byte_changed_fails_with_its_own_evaluator_naming_file_and_field(
     bundle: Path, tmp_path: Path

@@ -25,12 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 UV = uv_binary(ROOT)
 SKIP = (".venv", ".tools", "runs", "__pycache__", ".mypy_cache", ".ruff_cache", ".hypothesis")
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        UV is None, reason="uv is not installed (scripts/setup.sh puts it in .tools)"
-    ),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.uv]  # no uv: skipped, named (tests/conftest.py)
 
 
 def _run(

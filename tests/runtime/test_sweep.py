@@ -147,3 +147,25 @@ def test_sweep_removes_only_crashed_run(
         net.close()
         with contextlib.suppress(nft.NftError):
             nft.delete_table("inet", host_table)
+
+
+def test_bench_sweep_prints_every_removed_thing() -> None:
+    """A crashed run that left only a subject state directory and its lock file: `bench sweep`
+    used to remove both and print nothing (issue 24). Each is named, then a count."""
+    from typer.testing import CliRunner
+
+    from runner.cli.main import app
+    from runner.runtime.host import paths
+
+    crashed = naming.new_run_id()  # reserved, then released: a run that died
+    with naming.hold_run(crashed):
+        state = paths.SUBJECT_ROOT / crashed
+        state.mkdir(parents=True)
+        (state / "stdout.log").write_text("an agent's output\n")
+    res = CliRunner().invoke(app, ["sweep", "--run", crashed])
+    assert res.exit_code == 0, res.output
+    assert f"removed state directory: {state}" in res.output, res.output
+    assert f"{crashed}.lock" in res.output and "removed 2 leftover(s)" in res.output, res.output
+    assert not state.exists()
+    again = CliRunner().invoke(app, ["sweep", "--run", crashed])
+    assert again.exit_code == 0 and "nothing to remove" in again.output, again.output

@@ -72,6 +72,7 @@ def _cassette_spec(tmp_path: Path, edit: dict[str, str | None]) -> Path:
     return spec
 
 
+@pytest.mark.runtime  # builds or locks the subject environment in /var/lib/afb: root
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
@@ -91,6 +92,7 @@ def test_bad_cassette_names_the_file(tmp_path: Path, text: str | None, expected:
     assert name in out
 
 
+@pytest.mark.runtime  # builds or locks the subject environment in /var/lib/afb: root
 def test_cassette_digest_mismatch(tmp_path: Path) -> None:
     spec = make_spec(tmp_path, MSA)
     (spec.parent / "swe-lite-agents" / "cassettes" / "extra.json").write_text("{}")
@@ -98,6 +100,7 @@ def test_cassette_digest_mismatch(tmp_path: Path) -> None:
     assert rc == 2 and "model.digest" in out and "hashes to" in out, out
 
 
+@pytest.mark.runtime  # builds or locks the subject environment in /var/lib/afb: root
 def test_live_mode_without_its_key(tmp_path: Path) -> None:
     block = MSA.split("[subjects.config.model]")[0] + (
         '[subjects.config.model]\nmode = "live"\nupstream = "http://127.0.0.1:9/v1"\n'
@@ -109,6 +112,8 @@ def test_live_mode_without_its_key(tmp_path: Path) -> None:
     assert rc == 2 and "AFB_TEST_ABSENT_KEY" in out, out
 
 
+@pytest.mark.runtime  # builds or locks the subject environment in /var/lib/afb: root
+@pytest.mark.uv  # the build is `uv sync --frozen`
 def test_an_environment_that_does_not_build(tmp_path: Path) -> None:
     root = tmp_path / "checkout"
     project = root / "subjects" / "broken"

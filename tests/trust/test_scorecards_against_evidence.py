@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from runner.cli.keys import registry_path
 from runner.cli.main import app
+from runner.cli.options import registry_path
 from runner.evaluator.core.canonical import canonical_bytes
 from runner.evaluator.core.inputs import project_root
 from tests.keys import TestKey

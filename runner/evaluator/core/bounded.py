@@ -32,6 +32,8 @@ PROTOCOL_CAP = 1 * GiB  # protocol.json (about 0.5 KB a slot: ~2 M slots)
 RESULT_FILE_CAP = 2 * GiB  # one results/ file (terminal-records.jsonl of a big run)
 BLOB_CAP = 1 * GiB  # one content-addressed blob
 JOURNAL_LINE_CAP = 16 * MiB  # one journal line
+TREE_CAP = 256 * MiB  # a folder hashed whole (a task folder, a subject project, cassettes)
+TREE_ENTRIES_CAP = 100_000  # entries in such a folder
 NAME_MAX = 255  # one path component, in bytes (Linux NAME_MAX)
 PATH_MAX = 4096  # a whole path, in bytes (Linux PATH_MAX)
 
@@ -187,3 +189,43 @@ def lines_bounded(
                 yield line
     finally:
         os.close(fd)
+
+
+def tree_problem(root: Path, cap: int = TREE_CAP, entries: int = TREE_ENTRIES_CAP) -> str | None:
+    """Why a folder about to be hashed whole cannot be (None: it can): an entry that is not a
+    regular file, folder or symlink, more than `entries` entries, or more than `cap` bytes in
+    all. Read by lstat alone (nothing is opened or followed), so a FIFO or a 2 GiB sparse file
+    is named at once instead of blocking or being read for minutes."""
+    total = count = 0
+    stack = [root]
+    while stack:
+        path = stack.pop()
+        try:
+            st = os.lstat(path)
+        except OSError as exc:
+            return f"an unreadable entry {shorten(str(path))} ({exc.strerror})"
+        count += 1
+        if count > entries:
+            return f"more than {entries} entries"
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                names = sorted(os.listdir(path))
+            except OSError as exc:
+                return f"an unreadable directory {shorten(str(path))} ({exc.strerror})"
+            stack.extend(path / n for n in names)
+        elif stat.S_ISREG(st.st_mode):
+            total += st.st_size
+            if total > cap:
+                return (f"{shorten(str(path))} ({st.st_size} bytes), past the limit of {cap} "
+                        "bytes a folder hashed whole may hold in all")  # fmt: skip
+        elif not stat.S_ISLNK(st.st_mode):
+            return f"a {file_kind(st.st_mode)} {shorten(str(path))}"
+    return None
+
+
+def check_tree(root: Path, cap: int = TREE_CAP, entries: int = TREE_ENTRIES_CAP) -> None:
+    """tree_problem as an InputError naming the folder."""
+    problem = tree_problem(root, cap, entries)
+    if problem is not None:
+        raise _fail(root, f"holds {problem}; a folder hashed whole holds only regular files, "
+                    "directories and symlinks, within the limits", False)  # fmt: skip

@@ -15,7 +15,13 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from runner.evaluator.core.bounded import SPEC_CAP, check_path, file_kind, read_text_bounded
+from runner.evaluator.core.bounded import (
+    SPEC_CAP,
+    TREE_CAP,
+    check_path,
+    read_text_bounded,
+    tree_problem,
+)
 from runner.evaluator.core.canonical import MAX_DEPTH, CanonicalError, canonical_bytes
 from runner.evaluator.core.errors import InputError, shorten
 from runner.evaluator.core.inputs import project_root
@@ -366,11 +372,11 @@ def _check_paths(spec: Spec, spec_path: Path, text: str = "") -> None:
                 key=key,
                 line=line,
             )
-        odd = _odd_entry(resolved)
+        odd = tree_problem(resolved)  # lstat only: nothing blocks, nothing big is read
         if odd is not None:
             raise InputError(
                 f"path {shorten(repr(rel))} holds {odd}; a task folder holds only regular "
-                "files, directories and symlinks",
+                f"files, directories and symlinks, at most {TREE_CAP >> 20} MiB in all",
                 file=str(spec_path),
                 key=key,
                 line=line,
@@ -396,27 +402,6 @@ def _check_paths(spec: Spec, spec_path: Path, text: str = "") -> None:
             file=str(spec_path),
             key="grader.image",
         )
-
-
-def _odd_entry(root: Path) -> str | None:
-    """The first entry below `root` a NAR cannot hold (a FIFO, socket, device), described; the
-    type is read with lstat, so nothing is opened and nothing blocks."""
-    stack = [root]
-    while stack:
-        path = stack.pop()
-        try:
-            st = os.lstat(path)
-        except OSError as exc:
-            return f"an unreadable entry {shorten(str(path))} ({exc.strerror})"
-        if stat.S_ISDIR(st.st_mode):
-            try:
-                names = sorted(os.listdir(path))
-            except OSError as exc:
-                return f"an unreadable directory {shorten(str(path))} ({exc.strerror})"
-            stack.extend(path / n for n in names)
-        elif not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
-            return f"a {file_kind(st.st_mode)} {shorten(str(path))}"
-    return None
 
 
 def spec_base(spec_path: Path) -> Path:

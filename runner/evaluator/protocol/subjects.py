@@ -24,6 +24,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from runner.evaluator.core.bounded import check_tree
 from runner.evaluator.core.canonical import digest
 from runner.evaluator.core.types import Digest, StrictFrozen
 
@@ -62,6 +63,8 @@ def _ignored(rel: Path) -> bool:
 
 def tree_files(root: Path) -> dict[str, str]:
     """Relative path -> sha256 hex of every regular file under `root` (sorted, ignored left out)."""
+    if root.is_dir() and not root.is_symlink():
+        check_tree(root)  # bounded: a huge or sparse file fails fast, named
     out: dict[str, str] = {}
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root)

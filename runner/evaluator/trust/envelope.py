@@ -50,6 +50,14 @@ def short(keyid: str) -> str:
 
 def open_envelope(data: bytes, trusted: Mapping[str, Key], where: str) -> bytes:
     """The payload of a DSSE envelope signed by at least one trusted key; TrustError otherwise."""
+    return open_envelope_keys(data, trusted, where)[0]
+
+
+def open_envelope_keys(
+    data: bytes, trusted: Mapping[str, Key], where: str
+) -> tuple[bytes, list[Key]]:
+    """(payload, every trusted key whose signature verifies over it): the keys, so that the
+    caller can hold each against its validity window (window.py) at the payload's signed time."""
     try:
         doc = parse_json(data)
         if not isinstance(doc, dict) or set(doc) != {"payload", "payloadType", "signatures"}:
@@ -71,19 +79,34 @@ def open_envelope(data: bytes, trusted: Mapping[str, Key], where: str) -> bytes:
         ids = ", ".join(short(k) for k in sorted(envelope.signatures))
         raise TrustError(f"{where}: signed only by untrusted key(s) {ids}; trusted keys are "
                          "listed in keys/trusted/ (or AFB_TRUSTED_KEYS)")  # fmt: skip
-    try:
-        envelope.verify(known, 1)
-    except (VerificationError, ValueError) as exc:
+    verified: list[Key] = []
+    failure: Exception | None = None
+    for key in known:  # each key on its own: verify() stops at the threshold's first key
+        try:
+            envelope.verify([key], 1)
+            verified.append(key)
+        except (VerificationError, ValueError) as exc:
+            failure = exc
+    if not verified:
         raise TrustError(f"{where}: the signature does not verify: the signed payload or its "
-                         f"signature was changed ({exc})") from exc  # fmt: skip
-    return envelope.payload
+                         f"signature was changed ({failure})") from failure  # fmt: skip
+    return envelope.payload, verified
 
 
 def open_statement(
     path: Path, trusted: Mapping[str, Key], predicate_type: str, what: str
 ) -> tuple[bytes, dict[str, Any]]:
     """(payload, parsed in-toto Statement) a trusted key signed in the envelope at `path`."""
-    payload = open_envelope(read_bounded(path, MAX_ENVELOPE_BYTES, what), trusted, str(path))
+    payload, st, _ = open_statement_keys(path, trusted, predicate_type, what)
+    return payload, st
+
+
+def open_statement_keys(
+    path: Path, trusted: Mapping[str, Key], predicate_type: str, what: str
+) -> tuple[bytes, dict[str, Any], list[Key]]:
+    """open_statement, and the trusted keys whose signatures verified."""
+    data = read_bounded(path, MAX_ENVELOPE_BYTES, what)
+    payload, keys = open_envelope_keys(data, trusted, str(path))
     try:
         st = parse_json(payload)
     except ValueError as exc:
@@ -92,7 +115,7 @@ def open_statement(
         raise TrustError(f"{path}: the signed payload is not an in-toto Statement v1")
     if st.get("predicateType") != predicate_type:
         raise TrustError(f"{path}: predicate type is not {predicate_type!r}")
-    return payload, st
+    return payload, st, keys
 
 
 def subject_sha256(st: dict[str, Any], where: str) -> dict[str, str]:

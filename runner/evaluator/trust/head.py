@@ -15,15 +15,16 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 from securesystemslib.signer import Key  # type: ignore[attr-defined]  # public, no __all__
 
 from runner.evaluator.core.bounded import read_bounded
 from runner.evaluator.core.types import Frozen
 
-from .envelope import STATEMENT_TYPE, TrustError, open_statement, subject_sha256
+from .envelope import STATEMENT_TYPE, TrustError, open_statement_keys, subject_sha256
+from .window import SIGNED_AT_PATTERN, check_window, exact, latest_recorded_at, now_signed_at
 
 HEAD_PREDICATE = "urn:agent-fault-bench:predicate:append-only-head:v1"
 MAX_LOG_BYTES = 1 << 30
@@ -32,6 +33,8 @@ MAX_LOG_BYTES = 1 << 30
 class HeadPredicate(Frozen):
     length: int  # bytes of the log the head covers
     lines: int
+    # when it was signed (UTC), held against the key's validity window; absent in older heads
+    signed_at: Annotated[str, Field(pattern=SIGNED_AT_PATTERN)] | None = None
 
 
 def head_path(log: Path) -> Path:
@@ -43,7 +46,9 @@ def head_statement(log: Path, data: bytes) -> dict[str, Any]:
         "_type": STATEMENT_TYPE,
         "subject": [{"name": log.name, "digest": {"sha256": hashlib.sha256(data).hexdigest()}}],
         "predicateType": HEAD_PREDICATE,
-        "predicate": HeadPredicate(length=len(data), lines=data.count(b"\n")).model_dump(),
+        "predicate": HeadPredicate(
+            length=len(data), lines=data.count(b"\n"), signed_at=now_signed_at()
+        ).model_dump(),
     }
 
 
@@ -55,7 +60,7 @@ def check_head(log: Path, trusted: Mapping[str, Key]) -> HeadPredicate:
             f"{head}: missing: {log.name} has no signed head, so a truncation or rewrite could "
             "not be detected (`bench registry seal` signs one)"
         )
-    _, st = open_statement(head, trusted, HEAD_PREDICATE, "the signed head")
+    _, st, keys = open_statement_keys(head, trusted, HEAD_PREDICATE, "the signed head")
     try:
         pred = HeadPredicate.model_validate(st.get("predicate"))
     except ValidationError as exc:
@@ -72,4 +77,11 @@ def check_head(log: Path, trusted: Mapping[str, Key]) -> HeadPredicate:
         extra = data[pred.length :].count(b"\n")
         raise TrustError(f"{log}: {extra} line(s) appended after its signed head, without the "
                          "signing key")  # fmt: skip
+    when = (
+        exact(pred.signed_at, "signed_at of the head")
+        if pred.signed_at is not None
+        else latest_recorded_at(data, f"the latest recorded_at of {log.name}")
+    )
+    if when is not None:  # an empty log signed before signed_at existed records no time
+        check_window(keys, when, str(head))
     return pred

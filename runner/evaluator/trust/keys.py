@@ -3,7 +3,8 @@
 The repository lists them in keys/trusted/ (keys/README.md says whose each is); `AFB_TRUSTED_KEYS`
 names other directories instead (separated by `:`; a test's key beside the repository's, or a
 verifier who trusts other signers). The list is not an evaluator input: adding a signer does not
-change any protocol hash.
+change any protocol hash. A key may carry a validity window (`<name>.window.toml`, window.py):
+a retired key verifies what it signed before its retirement and nothing after.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from securesystemslib.signer import SSlibKey  # type: ignore[attr-defined]  # pu
 
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.inputs import project_root
+
+from .window import read_window, with_window
 
 TRUSTED_ENV = "AFB_TRUSTED_KEYS"
 MAX_KEY_BYTES = 4096  # a PEM ed25519 public key is 113 bytes
@@ -55,13 +58,14 @@ def read_public_key(path: Path) -> SSlibKey:
 
 def trusted_keys(directory: Path | None = None) -> dict[str, SSlibKey]:
     """keyid -> key of every `*.pub` in the directory given, else in `trusted_dirs()` (the
-    trusted list). A missing directory is an error; an empty one trusts nobody."""
+    trusted list), each with its validity window if one is declared beside it. A missing
+    directory is an error; an empty one trusts nobody."""
     keys: dict[str, SSlibKey] = {}
     for where in [directory] if directory is not None else trusted_dirs():
         if not where.is_dir():
             raise InputError(f"no trusted-keys directory (set {TRUSTED_ENV} or add "
                              "keys/trusted/)", file=str(where))  # fmt: skip
         for path in sorted(where.glob("*.pub")):
-            key = read_public_key(path)
+            key = with_window(read_public_key(path), read_window(path))
             keys[key.keyid] = key
     return keys

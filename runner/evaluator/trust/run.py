@@ -23,9 +23,9 @@ import os
 import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 from securesystemslib.signer import Key  # type: ignore[attr-defined]  # public, no __all__
 
 from runner.evaluator.core.bounded import sha256_bounded
@@ -34,7 +34,8 @@ from runner.evaluator.publish.attest import FILE_NAME as STATEMENT_FILE
 from runner.evaluator.publish.attest import PREDICATE_TYPE as SCORECARD_PREDICATE
 from runner.evaluator.publish.results import DERIVED_VIEWS, RESULTS
 
-from .envelope import TrustError, open_statement, read_bounded, subject_sha256
+from .envelope import TrustError, open_statement_keys, read_bounded, subject_sha256
+from .window import SIGNED_AT_PATTERN, SignedTime, check_window, exact, latest_journal_time
 
 SIGNATURES = "signatures"
 MANIFEST = f"{SIGNATURES}/SHA256SUMS"
@@ -56,6 +57,9 @@ class RunPredicate(Frozen):
     evaluator_digest: Digest  # the evaluator whose results the directory holds
     evidence_root_hash: Digest  # the root every proof (and scorecard) of the run commits to
     files: int  # lines in SHA256SUMS
+    # when it was signed (UTC), held against the signing key's validity window (window.py);
+    # absent in signatures made before windows existed
+    signed_at: Annotated[str, Field(pattern=SIGNED_AT_PATTERN)] | None = None
 
 
 def _walk(root: Path, rel: str = "") -> Iterator[tuple[str, Path]]:
@@ -120,7 +124,9 @@ def run_statement(manifest_bytes: bytes, predicate: RunPredicate) -> dict[str, A
 def check_run(run_dir: Path, trusted: Mapping[str, Key]) -> RunPredicate:
     """The run's signed predicate, once a trusted key's signature verifies over the manifest
     and every file of the directory is the one listed; TrustError naming the first difference."""
-    _, st = open_statement(run_dir / RUN_ENVELOPE, trusted, RUN_PREDICATE, "the run's signature")
+    _, st, keys = open_statement_keys(
+        run_dir / RUN_ENVELOPE, trusted, RUN_PREDICATE, "the run's signature"
+    )
     where = str(run_dir / RUN_ENVELOPE)
     signed = subject_sha256(st, where)
     data = read_bounded(run_dir / MANIFEST, MAX_MANIFEST_BYTES, "the signed file list")
@@ -145,7 +151,23 @@ def check_run(run_dir: Path, trusted: Mapping[str, Key]) -> RunPredicate:
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise TrustError(f"{run_dir}: {problems[0]}{more}")
+    check_window(keys, signed_time(run_dir, predicate), where)
     return predicate
+
+
+def signed_time(run_dir: Path, run: RunPredicate) -> SignedTime:
+    """When the run was signed: its `signed_at`, else (older signatures) at least the latest
+    time its signed journals record. Call once its files are the signed ones (check_run)."""
+    if run.signed_at is not None:
+        return exact(run.signed_at, "signed_at of the run's signature")
+    journals = sorted((run_dir / "journals").glob("*.jsonl"))
+    got = latest_journal_time(journals, "the latest at_ns of its signed journals")
+    if got is None:
+        raise TrustError(
+            f"{run_dir}: its signature carries no signed_at and its journals record no time: "
+            "no signed time to hold against the key's window"
+        )
+    return got
 
 
 def check_scorecard(
@@ -160,7 +182,11 @@ def check_scorecard(
     base = run_dir / RESULTS / subject
     if not (base / STATEMENT_FILE).exists() and not env.exists():
         return
-    payload, st = open_statement(env, trusted, SCORECARD_PREDICATE, "the scorecard's signature")
+    payload, st, keys = open_statement_keys(
+        env, trusted, SCORECARD_PREDICATE, "the scorecard's signature"
+    )
+    # signed together with the run (sign_results): judged at the run's signed time
+    check_window(keys, signed_time(run_dir, run), str(env))
     card = read_bounded(base / "scorecard.json", MAX_MANIFEST_BYTES, "the scorecard")
     names = subject_sha256(st, str(env))
     if names.get(f"{RESULTS}/{subject}/scorecard.json") != hashlib.sha256(card).hexdigest():
