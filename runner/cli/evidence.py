@@ -26,6 +26,9 @@ def _need_run_dir(path: Path) -> None:
     # lexists: a FIFO or symlink protocol.json is the layout check's to name (exit 3), not "absent"
     if not os.path.lexists(path / "protocol.json"):
         raise InputError("not a run directory (no protocol.json)", file=str(path))
+    from runner.cli.reading import read_run
+
+    read_run(path)  # the one entry of every reading command (exit 3 naming the first problem)
 
 
 def summary_table(results: dict[str, SubjectResult]) -> Table:
@@ -107,10 +110,12 @@ def compare(
 ) -> None:
     """Compare publishable scorecards, each inside its signed bundle and re-derived from its
     evidence (gated); refuse with reasons and write nothing otherwise."""
+    from runner.cli.reading import read_card_bundles
     from runner.evaluator.environment.hooks import environment_hook, environment_pair_check
     from runner.evaluator.trust.bundle import ScorecardCheck
     from runner.evaluator.trust.keys import trusted_keys as load_trusted
 
+    read_card_bundles(results)  # each bundle's layout and sizes first (exit 3 naming it)
     reg = open_registry(registry, trusted_keys)
     check = ScorecardCheck(load_trusted(trusted_keys), evaluator_digest(), environment_hook,
                            require_signature=not allow_unsigned)  # fmt: skip
@@ -189,10 +194,12 @@ def registry_add(
 ) -> None:
     """Register a publishable scorecard: only inside its bundle, signed by a trusted key and
     re-derived from the bundle's evidence (incomplete evidence is refused)."""
+    from runner.cli.reading import read_card_bundles
     from runner.evaluator.environment.hooks import environment_hook
     from runner.evaluator.trust.bundle import ScorecardCheck
     from runner.evaluator.trust.keys import trusted_keys as load_trusted
 
+    read_card_bundles([scorecard])  # the bundle's layout and sizes first (exit 3 naming it)
     reg = open_registry(registry, trusted_keys, write=True, key_dir=key_dir)
     check = ScorecardCheck(load_trusted(trusted_keys), evaluator_digest(), environment_hook)
     e = reg.add(scorecard, derived_from, check)

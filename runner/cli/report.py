@@ -30,5 +30,8 @@ def report(
 
     Derived, not evidence: no hash binds it and `bench verify` does not re-derive it.
     """
+    from runner.cli.reading import read_run
+
+    read_run(run_dir)  # refused whole (exit 3) before a byte is rendered or written
     path = (write_junit if junit else write_report)(run_dir, out_file)
     out.print(f"{'junit' if junit else 'report'} written to {path}")

@@ -41,8 +41,9 @@ def reproduce(
 ) -> None:
     """Say REPRODUCED only when the bundle is signed by a trusted key, every file is the one
     signed, and every published result re-derives byte for byte."""
-    if not (bundle / "protocol.json").is_file():
-        raise InputError("not a result bundle (no protocol.json)", file=str(bundle))
+    from runner.cli.reading import read_run
+
+    read_run(bundle)  # layout, sizes, references, protocol: before signatures (exit 3)
     unsigned = None if allow_unsigned else signature_problem(bundle, trusted_keys)
     if allow_unsigned:
         err.print("signature: not checked (--allow-unsigned): a local run, not a publication")
