@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from runner.cli.app import EXIT_INCOMPLETE, EXIT_REFUSED, app, err, guarded, out
@@ -26,9 +27,6 @@ def _need_run_dir(path: Path) -> None:
     # lexists: a FIFO or symlink protocol.json is the layout check's to name (exit 3), not "absent"
     if not os.path.lexists(path / "protocol.json"):
         raise InputError("not a run directory (no protocol.json)", file=str(path))
-    from runner.cli.reading import read_run
-
-    read_run(path)  # the one entry of every reading command (exit 3 naming the first problem)
 
 
 def summary_table(results: dict[str, SubjectResult]) -> Table:
@@ -62,7 +60,10 @@ def summary_table(results: dict[str, SubjectResult]) -> Table:
 def evaluate(run_dir: RunDir) -> None:
     """Re-derive proofs and results from a run's evidence alone; write RUN_DIR/results/."""
     _need_run_dir(run_dir)
+    from runner.cli.reading import read_run
     from runner.orchestrate import evaluate_and_write
+
+    read_run(run_dir)  # the one entry of every reading command (exit 3 naming the first problem)
 
     results = evaluate_and_write(run_dir, out.print)
     out.print(summary_table(results))
@@ -80,10 +81,21 @@ def verify(
     """Recompute every hash, journal chain, blob address and result, and check the run's
     signatures against the trusted keys; name the first mismatch."""
     _need_run_dir(run_dir)
+    from runner.cli.reading import read_run
     from runner.cli.reproduce import signature_problem
+    from runner.evaluator.core.errors import EvidenceError
     from runner.evaluator.environment.hooks import environment_hook
 
+    try:
+        read_run(run_dir)  # the one entry of every reading command, before any signature
+    except EvidenceError as exc:  # nothing past a refused layout is read, signatures neither
+        err.print(f"[bold red]verify failed:[/] {escape(str(exc))}")
+        raise typer.Exit(EXIT_INCOMPLETE) from None
     problems = verify_run(run_dir, evaluator_digest(), environment_hook)
+    if not problems:  # the views are rendered from verified results only
+        from runner.report.check import view_problems
+
+        problems = view_problems(run_dir)
     if allow_unsigned:
         err.print("signature: not checked (--allow-unsigned): a local run, not a publication")
     elif (unsigned := signature_problem(run_dir, trusted_keys)) is not None:
@@ -94,7 +106,10 @@ def verify(
             err.print(f"  also: {p}")
         raise typer.Exit(EXIT_INCOMPLETE)
     signed = "" if allow_unsigned else ", signed by a trusted key"
-    out.print(f"verified {run_dir}: journals, blobs, protocol and results all re-derive{signed}")
+    out.print(
+        f"verified {run_dir}: journals, blobs, protocol and results all re-derive, "
+        f"report.html and junit.xml (where present) re-render byte for byte{signed}"
+    )
 
 
 @app.command()
