@@ -2,10 +2,17 @@
 as code so each case is made afresh on a copy of a real evaluated, signed synthetic run.
 
 A case is a name, what it does to the run directory (`apply(run, outside)`, `outside` a directory
-beside it that the run must never write into either), and its scope: "evidence" (the layout, the
-journals, the blobs, protocol.json: every reading command refuses it) or "results" (the published
-results and the derived views: what verify, reproduce, compare and registry add re-derive; merge,
-evaluate and regrade read no published result, by design).
+beside it that the run must never write into either), and its scope, which says who must refuse it:
+
+- "layout": the layout, sizes, references or protocol.json (`layout.open_run`, the entry of every
+  reading command): every reading command refuses it before reading further;
+- "journal": a journal's bytes (a broken line, records out of order): every command that reads
+  the journals refuses it (all but `report --junit`, which is drawn from results/ alone);
+- "evidence": a well-formed journal whose evidence no longer derives the published results:
+  the commands that check published results against the evidence (verify, reproduce, compare,
+  registry add); evaluate, regrade and merge take it as evidence (their job), report shows it;
+- "results": a published result: the same four;
+- "views": report.html or junit.xml: verify and reproduce, which re-render them.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from runner.evaluator.evidence.journal import Journal, read_journal
 class Case:
     name: str
     apply: Callable[[Path, Path], object]
-    scope: str = "evidence"  # or "results"
+    scope: str = "layout"  # module docstring
 
 
 def _attempts(run: Path) -> list[Path]:
@@ -172,7 +179,8 @@ CASES: list[Case] = [
     Case("protocol.json a symlink inside", _protocol_symlink_in),
     Case("scorecard a symlink to a copy outside", _result_symlink_out),
     Case("sparse 256 MiB protocol.json", lambda r, o: _sparse(r / "protocol.json", 256 * MiB)),
-    Case("sparse 2 GiB extra file in results", lambda r, o: _sparse(r / "results" / "x", 2 * GiB)),
+    Case("sparse 2 GiB extra file in results", lambda r, o: _sparse(r / "results" / "x", 2 * GiB),
+         "results"),  # fmt: skip
     Case(
         "sparse 3 GiB extra file in results",
         lambda r, o: _sparse(r / "results" / "big.json", 3 * GiB),
@@ -182,14 +190,14 @@ CASES: list[Case] = [
     Case("empty journal for no cell", lambda r, o: (r / "journals" / "fedcba9876543210-a1.jsonl")
          .write_bytes(b"")),  # fmt: skip
     Case("empty journal of a real cell", lambda r, o: _attempts(r)[0].write_bytes(b"")),
-    Case("records reordered, chain recomputed", _reorder),
-    Case("record duplicated, chain recomputed", _duplicate),
+    Case("records reordered, chain recomputed", _reorder, "journal"),
+    Case("record duplicated, chain recomputed", _duplicate, "evidence"),
     Case("missing blob", _missing_blob),
     Case("unreferenced blob", _extra_blob),
     Case("unrecorded torn tail", _unrecorded_tail),
     Case("top-level dotfile", lambda r, o: (r / ".notes").write_text("x")),
     Case("extra top-level directory", lambda r, o: (r / "destination").mkdir()),
-    Case("journal line invalid JSON", lambda r, o: _invalid_json_line(_attempts(r)[0])),
+    Case("journal line invalid JSON", lambda r, o: _invalid_json_line(_attempts(r)[0]), "journal"),
     Case("byte flipped in cell-scores.jsonl", lambda r, o: _flip_byte(_cell_scores(r)), "results"),
     Case(
         "cell-scores.jsonl line invalid JSON",
@@ -200,8 +208,8 @@ CASES: list[Case] = [
     Case("scorecard in UTF-16", _utf16_card, "results"),
     Case("extra file in results", lambda r, o: (r / "results" / "notes.txt").write_text("x"),
          "results"),  # fmt: skip
-    Case("report.html edited", _edit_view("report.html"), "results"),
-    Case("junit.xml edited", _edit_view("junit.xml"), "results"),
+    Case("report.html edited", _edit_view("report.html"), "views"),
+    Case("junit.xml edited", _edit_view("junit.xml"), "views"),
 ]
 
 
