@@ -28,12 +28,11 @@ def merge(
 ) -> None:
     """Check every shard (one protocol, disjoint cells, intact chains and blobs) and write one
     run directory that `bench evaluate` and `bench verify` take like a single-host run."""
-    from runner.cli.reading import read_run
     from runner.scale.merge import merge as do_merge
 
     try:
-        for shard in shards:
-            read_run(shard, results=False)  # shards hold no results; merge reads none
+        # merge runs the same entry per shard (layout.check, then bounded reads), naming the
+        # shard and its own remedies (runner/scale/merge.py)
         summary = do_merge(shards, out_dir)
     except EvidenceError as exc:
         err.print(f"[bold red]evidence error:[/] {escape(str(exc))}")

@@ -179,16 +179,21 @@ CASES: list[Case] = [
     Case("protocol.json a symlink inside", _protocol_symlink_in),
     Case("scorecard a symlink to a copy outside", _result_symlink_out),
     Case("sparse 256 MiB protocol.json", lambda r, o: _sparse(r / "protocol.json", 256 * MiB)),
-    Case("sparse 2 GiB extra file in results", lambda r, o: _sparse(r / "results" / "x", 2 * GiB),
-         "results"),  # fmt: skip
+    Case(
+        "sparse 2 GiB extra file in results",
+        lambda r, o: _sparse(r / "results" / "x", 2 * GiB),
+        "results",
+    ),
     Case(
         "sparse 3 GiB extra file in results",
         lambda r, o: _sparse(r / "results" / "big.json", 3 * GiB),
     ),
     Case("sparse 2 GiB blob", lambda r, o: _sparse(r / "blobs" / "sha256" / ("0" * 64), 2 * GiB)),
     Case("invalid JSON protocol.json", lambda r, o: (r / "protocol.json").write_bytes(b'{"x":')),
-    Case("empty journal for no cell", lambda r, o: (r / "journals" / "fedcba9876543210-a1.jsonl")
-         .write_bytes(b"")),  # fmt: skip
+    Case(
+        "empty journal for no cell",
+        lambda r, o: (r / "journals" / "fedcba9876543210-a1.jsonl").write_bytes(b""),
+    ),
     Case("empty journal of a real cell", lambda r, o: _attempts(r)[0].write_bytes(b"")),
     Case("records reordered, chain recomputed", _reorder, "journal"),
     Case("record duplicated, chain recomputed", _duplicate, "evidence"),
@@ -206,8 +211,11 @@ CASES: list[Case] = [
     ),
     Case("scorecard with an 8 MiB value", lambda r, o: _oversized_value(_card(r)), "results"),
     Case("scorecard in UTF-16", _utf16_card, "results"),
-    Case("extra file in results", lambda r, o: (r / "results" / "notes.txt").write_text("x"),
-         "results"),  # fmt: skip
+    Case(
+        "extra file in results",
+        lambda r, o: (r / "results" / "notes.txt").write_text("x"),
+        "results",
+    ),
     Case("report.html edited", _edit_view("report.html"), "views"),
     Case("junit.xml edited", _edit_view("junit.xml"), "views"),
 ]

@@ -62,14 +62,25 @@ COMMANDS: list[Command] = [
     ("merge", lambda r, s: ["merge", r, "--out", s / "merged"], READERS),
     (
         "compare",
-        lambda r, s: ["compare", *sorted((r / "results").glob("*/scorecard.json")),
-                      "--out", s / "cmp", "--registry", _registry(s)],  # fmt: skip
+        lambda r, s: [
+            "compare",
+            *sorted((r / "results").glob("*/scorecard.json")),
+            "--out",
+            s / "cmp",
+            "--registry",
+            _registry(s),
+        ],
         CHECKERS,
     ),
     (
         "registry add",
-        lambda r, s: ["registry", "add", r / "results" / "a" / "scorecard.json",
-                      "--registry", _registry(s)],  # fmt: skip
+        lambda r, s: [
+            "registry",
+            "add",
+            r / "results" / "a" / "scorecard.json",
+            "--registry",
+            _registry(s),
+        ],
         CHECKERS,
     ),
     # last: the writers of results/ (a case they take as evidence is evaluated, which replaces
