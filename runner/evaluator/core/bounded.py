@@ -32,6 +32,7 @@ PROTOCOL_CAP = 1 * GiB  # protocol.json (about 0.5 KB a slot: ~2 M slots)
 RESULT_FILE_CAP = 2 * GiB  # one results/ file (terminal-records.jsonl of a big run)
 BLOB_CAP = 1 * GiB  # one content-addressed blob
 JOURNAL_LINE_CAP = 16 * MiB  # one journal line
+TASK_FILE_CAP = 256 * MiB  # one file of a task tree or a subject folder (hashed into identities)
 NAME_MAX = 255  # one path component, in bytes (Linux NAME_MAX)
 PATH_MAX = 4096  # a whole path, in bytes (Linux PATH_MAX)
 
