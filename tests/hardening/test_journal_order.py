@@ -132,3 +132,26 @@ def test_the_writer_holds_its_clock_non_decreasing(
     j.append(QuarantinedTail(file="x", sha256="sha256:" + "0" * 64, size=1))
     j.close()
     assert int(list(read_journal(path))[-1].at_ns) == real + 5
+
+
+def test_a_journal_for_no_registered_cell_is_refused_even_re_evaluated(tmp_path: Path) -> None:
+    """A well-formed journal named for (and holding records of) a cell the protocol does not
+    register, with the results re-derived to include it: verify refuses it unsigned."""
+    from runner.evaluator.core.inputs import evaluator_digest
+    from runner.evaluator.publish.results import derive, write_results
+    from tests.evidence.synth import Run
+    from tests.hardening.runs import run_journal
+
+    r = Run(tmp_path / "run")
+    run_journal(r)
+    r.fill("a", lambda i, s: "completed")
+    r.fill("b", lambda i, s: "completed")
+    _, slot = r.cells("a")[0]
+    r.write_attempt("a", "sha256:" + "e" * 64, slot, 1, "completed")
+    write_results(r.run_dir, derive(r.run_dir, evaluator_digest())[2])
+    res = bench("verify", r.run_dir, "--allow-unsigned")
+    assert res.exit_code == 3, res.output
+    assert "eeeeeeeeeeeeeeee-a1.jsonl: names no cell of the protocol" in res.output
+    (r.run_dir / "journals" / "eeeeeeeeeeeeeeee-a1.jsonl").unlink()  # negative control
+    write_results(r.run_dir, derive(r.run_dir, evaluator_digest())[2])
+    assert bench("verify", r.run_dir, "--allow-unsigned").exit_code == 0

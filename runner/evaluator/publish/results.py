@@ -30,7 +30,7 @@ from runner.evaluator.core.errors import EvidenceError
 from runner.evaluator.evidence.journal import JOURNALS, EvidenceStore
 from runner.evaluator.evidence.layout import check as check_layout
 from runner.evaluator.evidence.layout import run_record_problems
-from runner.evaluator.evidence.loading import LoadedEvidence
+from runner.evaluator.evidence.loading import ATTEMPT_JOURNAL, LoadedEvidence
 from runner.evaluator.protocol.runfile import (
     PROTOCOL_FILE,
     RunProtocol,
@@ -390,6 +390,24 @@ def _swap(run_dir: Path, tmp: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def unregistered_journals(rp: RunProtocol, journals: Iterable[str]) -> list[str]:
+    """Attempt journals named for no cell the protocol registers (their records would only make
+    the run ineligible; a journal no cell owns is refused as an unexpected file, as evidence
+    that stands without a signature)."""
+    from runner.evaluator.protocol.matrix import cell_id
+
+    registered = {
+        cell_id(s.slot_id, h)[7:23]
+        for h in rp.identities.subject_config_hashes.values()
+        for s in rp.slots
+    }
+    return [
+        f"{JOURNALS}/{name}: names no cell of the protocol (unexpected file)"
+        for name in journals
+        if (m := ATTEMPT_JOURNAL.fullmatch(name.removesuffix(".jsonl"))) and m[1] not in registered
+    ]
+
+
 def verify(
     run_dir: Path, evaluator_digest: str, environment: EnvironmentHook | None = None
 ) -> list[str]:
@@ -418,6 +436,7 @@ def verify(
     problems += [f"{PROTOCOL_FILE}: {p}" for p in consistency]
     if refs is not None:
         problems += run_record_problems(rp, refs.started)
+    problems += unregistered_journals(rp, layout.journals)
     if any("spec_text does not parse" in p for p in consistency):
         return problems  # nothing below can be derived from a protocol without its spec
     try:
