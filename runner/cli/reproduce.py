@@ -59,7 +59,7 @@ def reproduce(
         )
     theirs, ours = judging_evaluator(bundle), evaluator_digest()
     if theirs != ours:
-        _other_evaluator(bundle, theirs, ours, from_history, rerun, unsigned)
+        _other_evaluator(bundle, theirs, ours, from_history, rerun, unsigned, allow_unsigned)
         return
     out.print(f"evaluator: the bundle's ({theirs}) is this checkout's")
     problems = reproduce_bundle(bundle, evaluator_digest(), environment_hook)
@@ -130,7 +130,13 @@ def unsigned_copy(bundle: Path, into: Path) -> Path:
 
 
 def _other_evaluator(
-    bundle: Path, theirs: str, ours: str, from_history: bool, rerun: bool, unsigned: str | None
+    bundle: Path,
+    theirs: str,
+    ours: str,
+    from_history: bool,
+    rerun: bool,
+    unsigned: str | None,
+    allow_unsigned: bool = False,
 ) -> None:
     err.print(
         f"evaluator: the bundle was made by evaluator {theirs}; this checkout's is {ours}. "
@@ -176,4 +182,10 @@ def _other_evaluator(
             f"exit {ran.returncode})"
         )
         raise typer.Exit(EXIT_INCOMPLETE)
+    out.print(
+        "checked here: the bundle's layout (every entry expected, each file's type and size), "
+        "every blob address, protocol.json"
+        + ("; the signatures of the run and of every scorecard" if not allow_unsigned else "")
+        + "; not checked: the derived views (rendered from another evaluator's results)"
+    )
     out.print(f"REPRODUCED {bundle} with its own evaluator (commit {ran.found.commit[:12]})")
