@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 from securesystemslib.signer import Key  # type: ignore[attr-defined]  # public, no __all__
 
-from runner.evaluator.core.bounded import read_bounded
+from runner.evaluator.core.bounded import read_bounded, regular_stat
 from runner.evaluator.core.types import Frozen
 
 from .envelope import STATEMENT_TYPE, TrustError, open_statement, subject_sha256
@@ -122,6 +122,8 @@ def freeze_anchor(trusted: Mapping[str, Key]) -> Callable[[Path], None]:
     without its log, is refused."""
 
     def anchor(log: Path) -> None:
+        if os.path.lexists(log):
+            regular_stat(log)  # a FIFO or a directory there is the user's to hear of (exit 2)
         if os.path.lexists(log) or os.path.lexists(head_path(log)):
             check_head(log, trusted)
 
