@@ -19,7 +19,7 @@ def anchor(trusted_dir: Path | None = None) -> freezing.Anchor:
     from runner.evaluator.trust.head import freeze_anchor
     from runner.evaluator.trust.keys import trusted_keys
 
-    return freeze_anchor(trusted_keys(trusted_dir))
+    return freeze_anchor(lambda: trusted_keys(trusted_dir))  # loaded only for a frozen spec
 
 
 def sealer(key_dir: Path | None = None) -> freezing.Sealer:

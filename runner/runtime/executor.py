@@ -110,7 +110,7 @@ class MatrixRun:
         from runner.evaluator.trust.keys import trusted_keys
 
         # the freeze log is believed only as its signed head covers it (a rewrite is refused)
-        state, record = freezing.status(spec_path, ids, freeze_anchor(trusted_keys()))
+        state, record = freezing.status(spec_path, ids, freeze_anchor(trusted_keys))
         if state is freezing.ProtocolStatus.AMENDMENT_REQUIRED:
             raise InputError(
                 "frozen protocol changed: amendment required (run `bench amend SPEC --reason`"

@@ -116,16 +116,18 @@ def check_head(log: Path, trusted: Mapping[str, Key], allow_longer: bool = False
     return pred
 
 
-def freeze_anchor(trusted: Mapping[str, Key]) -> Callable[[Path], None]:
+def freeze_anchor(
+    trusted: Mapping[str, Key] | Callable[[], Mapping[str, Key]],
+) -> Callable[[Path], None]:
     """The anchor of a spec's freeze log (protocol/freeze.py): the log is exactly what its
-    signed head covers. A draft (neither log nor head) passes; a log without its head, or a head
-    without its log, is refused."""
+    signed head covers. A draft (neither log nor head) passes, without loading any key (`trusted`
+    may be a loader); a log without its head, or a head without its log, is refused."""
 
     def anchor(log: Path) -> None:
         if os.path.lexists(log):
             regular_stat(log)  # a FIFO or a directory there is the user's to hear of (exit 2)
         if os.path.lexists(log) or os.path.lexists(head_path(log)):
-            check_head(log, trusted)
+            check_head(log, trusted() if callable(trusted) else trusted)
 
     return anchor
 
