@@ -312,7 +312,7 @@ def rerun(
     rp = read_protocol(bundle)
     spec_path = project_root() / "specs" / rp.spec_name
     spec = rp.spec()
-    store = EvidenceStore(bundle)
+    store = EvidenceStore(bundle, create=False)
     published = LoadedEvidence.from_store(store)
     workload = workload_for(load_spec(spec_path), spec_path)
     # The image is part of the environment: a rerun on another image is refused like any drift.
@@ -332,9 +332,8 @@ def rerun(
     run_dir, _ = run_matrix(mrun, workload, jobs, log=log, progress=progress)
     digest = evaluator_digest()
     old = evaluate_run(rp, published, digest)
-    new = evaluate_run(
-        read_protocol(run_dir), LoadedEvidence.from_store(EvidenceStore(run_dir)), digest
-    )
+    new_store = EvidenceStore(run_dir, create=False)
+    new = evaluate_run(read_protocol(run_dir), LoadedEvidence.from_store(new_store), digest)
     differing = []
     for subject in sorted(old):
         a = projection(old[subject].terminal_records)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from runner.cli.app import EXIT_INCOMPLETE, EXIT_REFUSED, app, err, guarded, out
@@ -34,7 +35,10 @@ from runner.evaluator.publish.results import verify as verify_run
 def evaluate(run_dir: RunDir) -> None:
     """Re-derive proofs and results from a run's evidence alone; write RUN_DIR/results/."""
     need_run_dir(run_dir)
+    from runner.cli.reading import read_run
     from runner.orchestrate import evaluate_and_write
+
+    read_run(run_dir)  # the one entry of every reading command (exit 3 naming the first problem)
 
     results = evaluate_and_write(run_dir, out.print)
     out.print(summary_table(results))
@@ -55,9 +59,20 @@ def verify(
     """Recompute every hash, journal chain, blob address and result, and check the run's
     signatures against the trusted keys; name the first mismatch."""
     need_run_dir(run_dir)
+    from runner.cli.reading import read_run
+    from runner.evaluator.core.errors import EvidenceError
     from runner.evaluator.environment.hooks import environment_hook
 
+    try:
+        read_run(run_dir)  # the one entry of every reading command, before any signature
+    except EvidenceError as exc:  # nothing past a refused layout is read, signatures neither
+        err.print(f"[bold red]verify failed:[/] {escape(str(exc))}")
+        raise typer.Exit(EXIT_INCOMPLETE) from None
     problems = verify_run(run_dir, evaluator_digest(), environment_hook)
+    if not problems:  # the views are rendered from verified results only
+        from runner.report.check import view_problems
+
+        problems = view_problems(run_dir)
     if allow_unsigned:
         err.print("signature: not checked (--allow-unsigned): a local run, not a publication")
     elif not problems and unsigned_run(run_dir):
@@ -71,7 +86,10 @@ def verify(
             err.print(f"  also: {p}")
         raise typer.Exit(EXIT_INCOMPLETE)
     signed = "" if allow_unsigned else ", signed by a trusted key"
-    out.print(f"verified {run_dir}: journals, blobs, protocol and results all re-derive{signed}")
+    out.print(
+        f"verified {run_dir}: journals, blobs, protocol and results all re-derive, "
+        f"report.html and junit.xml (where present) re-render byte for byte{signed}"
+    )
 
 
 def unsigned_run(run_dir: Path) -> bool:
@@ -110,10 +128,12 @@ def compare(
 ) -> None:
     """Compare publishable scorecards, each inside its signed bundle and re-derived from its
     evidence (gated); refuse with reasons and write nothing otherwise."""
+    from runner.cli.reading import read_card_bundles
     from runner.evaluator.environment.hooks import environment_hook, environment_pair_check
     from runner.evaluator.trust.bundle import ScorecardCheck
     from runner.evaluator.trust.keys import trusted_keys as load_trusted
 
+    read_card_bundles(results)  # each bundle's layout and sizes first (exit 3 naming it)
     reg = open_registry(registry, trusted_keys)
     check = ScorecardCheck(load_trusted(trusted_keys), evaluator_digest(), environment_hook,
                            require_signature=not allow_unsigned)  # fmt: skip
@@ -189,10 +209,12 @@ def registry_add(
 ) -> None:
     """Register a publishable scorecard: only inside its bundle, signed by a trusted key and
     re-derived from the bundle's evidence (incomplete evidence is refused)."""
+    from runner.cli.reading import read_card_bundles
     from runner.evaluator.environment.hooks import environment_hook
     from runner.evaluator.trust.bundle import ScorecardCheck
     from runner.evaluator.trust.keys import trusted_keys as load_trusted
 
+    read_card_bundles([scorecard])  # the bundle's layout and sizes first (exit 3 naming it)
     reg = open_registry(registry, trusted_keys, write=True, key_dir=key_dir)
     check = ScorecardCheck(load_trusted(trusted_keys), evaluator_digest(), environment_hook)
     e = reg.add(scorecard, derived_from, check)

@@ -11,7 +11,6 @@ from rich.markup import escape
 
 from runner.cli.app import EXIT_INCOMPLETE, app, err, guarded, out
 from runner.cli.options import KeyDir
-from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.inputs import evaluator_digest, project_root
 from runner.trust import keys as signing
 
@@ -51,11 +50,11 @@ def keys_sign(
     """Sign an evaluated run (its files, evidence root and scorecards) once it verifies: with
     this evaluator, or, for a bundle judged by another one, once that evaluator (found in git
     history, as `bench reproduce --evaluator-from-history`) reproduces it."""
+    from runner.cli.reading import read_run
     from runner.evaluator.publish.results import judging_evaluator
     from runner.trust.sign import key_outside, sign_results
 
-    if not (run_dir / "protocol.json").is_file():
-        raise InputError("not a run directory (no protocol.json)", file=str(run_dir))
+    read_run(run_dir)  # the entry of every reading command: nothing hostile is signed or copied
     key_outside(run_dir, signing.key_dir(directory))
     signer = signing.load_signer(directory)
     theirs = judging_evaluator(run_dir)

@@ -31,6 +31,8 @@ def merge(
     from runner.scale.merge import merge as do_merge
 
     try:
+        # merge runs the same entry per shard (layout.check, then bounded reads), naming the
+        # shard and its own remedies (runner/scale/merge.py)
         summary = do_merge(shards, out_dir)
     except EvidenceError as exc:
         err.print(f"[bold red]evidence error:[/] {escape(str(exc))}")

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from runner.cli.app import app, guarded, out
+from runner.evaluator.core.errors import EvidenceError
 from runner.report import write_junit, write_report
 
 
@@ -30,5 +31,15 @@ def report(
 
     Derived, not evidence: no hash binds it and `bench verify` does not re-derive it.
     """
-    path = (write_junit if junit else write_report)(run_dir, out_file)
+    from runner.cli.reading import read_run
+
+    read_run(run_dir)  # refused whole (exit 3) before a byte is rendered or written
+    try:
+        path = (write_junit if junit else write_report)(run_dir, out_file)
+    except (KeyError, TypeError, AttributeError, IndexError) as exc:
+        # the report trusts results/ as `bench evaluate` wrote them; other shapes are refused
+        raise EvidenceError(
+            f"{run_dir}/results: not as `bench evaluate` writes them ({type(exc).__name__}: "
+            f"{exc}); `bench verify` names what differs"
+        ) from exc
     out.print(f"{'junit' if junit else 'report'} written to {path}")

@@ -41,19 +41,32 @@ def reproduce(
 ) -> None:
     """Say REPRODUCED only when the bundle is signed by a trusted key, every file is the one
     signed, and every published result re-derives byte for byte."""
-    if not (bundle / "protocol.json").is_file():
-        raise InputError("not a result bundle (no protocol.json)", file=str(bundle))
+    from runner.cli.reading import read_run
+    from runner.evaluator.core.errors import EvidenceError
+
+    try:
+        read_run(bundle)  # layout, sizes, references, protocol: before signatures
+    except EvidenceError as exc:  # refused as verify refuses it: exit 3, one line
+        err.print(f"[bold red]NOT REPRODUCED[/]: {escape(str(exc))}")
+        raise typer.Exit(EXIT_INCOMPLETE) from None
     unsigned = None if allow_unsigned else signature_problem(bundle, trusted_keys)
     if allow_unsigned:
         err.print("signature: not checked (--allow-unsigned): a local run, not a publication")
     elif unsigned is None:
-        out.print("signature: every file is the one a trusted key signed")
+        out.print(
+            "signature: every file is the one a trusted key signed (but the two derived "
+            "views, which no signature covers: they are re-rendered below)"
+        )
     theirs, ours = judging_evaluator(bundle), evaluator_digest()
     if theirs != ours:
-        _other_evaluator(bundle, theirs, ours, from_history, rerun, unsigned)
+        _other_evaluator(bundle, theirs, ours, from_history, rerun, unsigned, allow_unsigned)
         return
     out.print(f"evaluator: the bundle's ({theirs}) is this checkout's")
     problems = reproduce_bundle(bundle, evaluator_digest(), environment_hook)
+    if not problems:  # the views are rendered from reproduced results only
+        from runner.report.check import VIEWS, view_problems
+
+        problems = view_problems(bundle)
     if unsigned is not None:
         problems.insert(0, f"signature: {unsigned}")
     if problems:
@@ -61,8 +74,21 @@ def reproduce(
         for p in problems[1:10]:
             err.print(f"  also: {escape(p)}")
         raise typer.Exit(EXIT_INCOMPLETE)
-    n = sum(1 for p in (bundle / "results").rglob("*") if p.is_file())
-    out.print(f"REPRODUCED {bundle}: {n} result files re-derive byte for byte")
+    from runner.evaluator.evidence.layout import scan_layout
+    from runner.evaluator.publish.results import DERIVED_VIEWS
+
+    listed = scan_layout(bundle).results  # lstat only, like every read above
+    n = sum(1 for rel in listed if rel not in DERIVED_VIEWS)
+    views = [v for v in VIEWS if f"results/{v}" in listed]
+    out.print(
+        "checked: the bundle's layout (every entry expected, each file's type and size), every "
+        "journal chain and record order, every blob address, protocol.json"
+        + ("" if allow_unsigned else ", the signatures of the run and of every scorecard")
+    )
+    out.print(
+        f"REPRODUCED {bundle}: {n} result files re-derive byte for byte"
+        + (f"; {' and '.join(views)} re-render byte for byte" if views else "; no derived view")
+    )
     if not rerun:
         return
     from runner.cli.display import cell_progress, log
@@ -86,7 +112,13 @@ def reproduce(
 
 
 def _other_evaluator(
-    bundle: Path, theirs: str, ours: str, from_history: bool, rerun: bool, unsigned: str | None
+    bundle: Path,
+    theirs: str,
+    ours: str,
+    from_history: bool,
+    rerun: bool,
+    unsigned: str | None,
+    allow_unsigned: bool = False,
 ) -> None:
     err.print(
         f"evaluator: the bundle was made by evaluator {theirs}; this checkout's is {ours}. "
@@ -123,4 +155,10 @@ def _other_evaluator(
             f"exit {ran.returncode})"
         )
         raise typer.Exit(EXIT_INCOMPLETE)
+    out.print(
+        "checked here: the bundle's layout (every entry expected, each file's type and size), "
+        "every blob address, protocol.json"
+        + ("; the signatures of the run and of every scorecard" if not allow_unsigned else "")
+        + "; not checked: the derived views (rendered from another evaluator's results)"
+    )
     out.print(f"REPRODUCED {bundle} with its own evaluator (commit {ran.found.commit[:12]})")

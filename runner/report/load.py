@@ -87,12 +87,22 @@ class RunView:
 
 
 def _json(path: Path) -> Any:
-    return parse_json(read_bounded(path, RESULT_FILE_CAP, evidence=True))
+    try:
+        return parse_json(read_bounded(path, RESULT_FILE_CAP, evidence=True))
+    except (ValueError, RecursionError) as exc:  # a damaged published file: named, not raised
+        raise EvidenceError(f"{path}: not valid JSON: {exc}") from exc
 
 
 def _jsonl(path: Path) -> list[Any]:
     data = read_bounded(path, RESULT_FILE_CAP, evidence=True)
-    return [parse_json(line) for line in data.splitlines() if line]
+    out = []
+    for n, line in enumerate(data.splitlines(), start=1):
+        if line:
+            try:
+                out.append(parse_json(line))
+            except (ValueError, RecursionError) as exc:
+                raise EvidenceError(f"{path}: line {n}: not valid JSON: {exc}") from exc
+    return out
 
 
 def read_blob(run_dir: Path, address: str) -> bytes | None:

@@ -44,6 +44,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -289,11 +290,18 @@ def _shard_of(shards: list[_Shard], journal: str, default: _Shard) -> _Shard:
 
 def _cell_of(path: Path) -> str | None:
     """The full cell id named inside a journal (for messages about a journal that is damaged)."""
-    try:
-        with open(path, "rb") as fh:
-            m = _CELL_IN_LINE.search(fh.read(1 << 16))
+    try:  # a regular file only, never followed, never waited on (a FIFO named by the problem)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        m = _CELL_IN_LINE.search(os.read(fd, 1 << 16))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     return m[1].decode() if m else None
 
 

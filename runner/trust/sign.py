@@ -93,8 +93,9 @@ def sign_results(run_dir: Path, key: Signer, signed_at: str | None = None) -> li
     return [run_dir / rel for rel in files]
 
 
-def sign_head(log: Path, key: Signer) -> Path:
-    """Re-sign an append-only log's head (call under the log's lock, after appending)."""
+def sign_head(log: Path, key: Signer, per_line: bool = False) -> Path:
+    """Re-sign an append-only log's head (call under the log's lock, after appending).
+    `per_line`: the head also lists each line's digest (a freeze log: refusals name a record)."""
     if not log.is_file():
         raise InputError("no such log to sign", file=str(log))
     data = read_bounded(log, MAX_LOG_BYTES, evidence=True)
@@ -102,7 +103,7 @@ def sign_head(log: Path, key: Signer) -> Path:
     tmp = head.with_name(f".{head.name}.tmp-{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, envelope(_statement_bytes(head_statement(log, data)), key))
+        os.write(fd, envelope(_statement_bytes(head_statement(log, data, per_line)), key))
         os.fsync(fd)
     finally:
         os.close(fd)

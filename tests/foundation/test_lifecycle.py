@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from runner.evaluator.core.canonical import canonical_bytes
+from runner.evaluator.core.errors import InputError
 from runner.evaluator.protocol import freeze as freezing
 from tests.foundation.helpers import bench, copy_example
 
@@ -130,11 +131,16 @@ def test_tampered_freeze_log_is_an_error(tmp_path: Path, tamper: str) -> None:
     elif tamper == "garbage":
         lines[1] = lines[1][:-10]
     log.write_bytes(b"\n".join(lines) + b"\n")
+    # the signed head refuses it first (exit 3), naming the first record that is not the signed one
     result = bench("plan", spec, "--json")
-    assert result.exit_code == 2, result.output
-    assert str(log) in result.stderr and "line " in result.stderr
+    assert result.exit_code == 3, result.output
+    assert str(log) in result.stderr and "record " in result.stderr
     assert "Traceback" not in result.stderr
-    assert bench("freeze", spec).exit_code == 2
+    assert bench("freeze", spec).exit_code == 3
+    # the records' own seals and chain stand without the head too (the reader without an anchor)
+    with pytest.raises(InputError) as caught:
+        freezing.read_log(spec)
+    assert str(log) in caught.value.render() and "line " in caught.value.render()
 
 
 def test_single_record_log_tampering_is_detected(tmp_path: Path) -> None:
@@ -144,4 +150,6 @@ def test_single_record_log_tampering_is_detected(tmp_path: Path) -> None:
     (line,) = log.read_bytes().splitlines()
     log.write_bytes(_edit_record(line, reason="backdated") + b"\n")
     result = bench("plan", spec)
-    assert result.exit_code == 2 and "damaged freeze record" in result.stderr
+    assert result.exit_code == 3 and "record 1 is not the one" in result.stderr
+    with pytest.raises(InputError, match="damaged freeze record"):
+        freezing.read_log(spec)

@@ -244,20 +244,14 @@ def remove(path: Path) -> None:
 
 
 def accepted(extra: Extra) -> bool:
-    """The planted entries the layout accepts: an empty attempt journal (a crash before an
-    attempt's first record leaves one; its name is listed among the report's artifacts), and a
-    regular file at one of the two derived views' paths (bound by nothing, rebuilt by `bench
-    report`: verify passes over them, README "What a run produces")."""
-    empty_attempt = (
-        extra.place == "journals"
-        and extra.kind == "empty"
-        and re.fullmatch(r"[0-9a-f]{16}-a[1-9][0-9]*\.jsonl", extra.name) is not None
-    )
-    view = extra.rel in ("results/report.html", "results/junit.xml") and extra.kind in (
+    """The planted entries the evidence check (`publish.results.verify`) passes over: a regular
+    file at one of the two derived views' paths (bound by no hash; the CLI's verify re-renders
+    the view and refuses one that is not what the run renders, runner/report/check.py). An
+    empty attempt journal is no longer among them: a journal is created with its first record."""
+    return extra.rel in ("results/report.html", "results/junit.xml") and extra.kind in (
         "file",
         "empty",
     )
-    return empty_attempt or view
 
 
 def check_layout(run: Path, extra: Extra, outside: Path) -> str | None:

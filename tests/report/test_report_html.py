@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -51,7 +52,11 @@ def test_cli_writes_the_report_and_junit_beside_the_results(bundle_copy: Path) -
 def test_cli_refuses_what_is_not_an_evaluated_run(tmp_path: Path) -> None:
     assert runner.invoke(app, ["report", str(tmp_path)]).exit_code == 2
     (tmp_path / "protocol.json").write_bytes((BUNDLE / "protocol.json").read_bytes())
-    r = runner.invoke(app, ["report", str(tmp_path)])
+    r = runner.invoke(app, ["report", str(tmp_path)])  # no evidence beside it: refused as such
+    assert r.exit_code == 3 and "journals: missing" in r.output
+    for part in ("journals", "blobs"):
+        shutil.copytree(BUNDLE / part, tmp_path / part)
+    r = runner.invoke(app, ["report", str(tmp_path)])  # evidence, not evaluated
     assert r.exit_code == 2 and "bench evaluate" in r.output
 
 

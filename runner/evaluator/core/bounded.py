@@ -34,6 +34,7 @@ BLOB_CAP = 1 * GiB  # one content-addressed blob
 JOURNAL_LINE_CAP = 16 * MiB  # one journal line
 TREE_CAP = 256 * MiB  # a folder hashed whole (a task folder, a subject project, cassettes)
 TREE_ENTRIES_CAP = 100_000  # entries in such a folder
+TASK_FILE_CAP = 256 * MiB  # one file of a task tree or a subject folder (hashed into identities)
 NAME_MAX = 255  # one path component, in bytes (Linux NAME_MAX)
 PATH_MAX = 4096  # a whole path, in bytes (Linux PATH_MAX)
 
@@ -111,13 +112,24 @@ def _open(path: Path, cap: int, evidence: bool) -> tuple[int, int]:
     return fd, now.st_size
 
 
-def read_bounded(path: Path, cap: int, *, evidence: bool = False) -> bytes:
+def read_bounded(
+    path: Path, cap: int, *, evidence: bool = False, starts: bytes | None = None
+) -> bytes:
     """The bytes of a regular file of at most `cap` bytes.
 
     `evidence=True`: a run directory's file (a symlink is refused; errors are EvidenceError);
-    else a user's input (a symlink is followed; errors are InputError)."""
+    else a user's input (a symlink is followed; errors are InputError). `starts`: the bytes the
+    file must begin with, checked before the rest is read (a sparse giant of zeros is refused in
+    one small read, not after reading it whole)."""
     fd, size = _open(path, cap, evidence)
     try:
+        if starts is not None:
+            try:
+                head = os.pread(fd, len(starts), 0)
+            except OSError as exc:
+                raise _fail(path, f"cannot read: {_os_message(exc)}", evidence) from exc
+            if head != starts:
+                raise _fail(path, f"does not start with {starts.decode()!r}", evidence)
         chunks: list[bytes] = []
         total = 0
         while True:

@@ -216,11 +216,59 @@ def _pointer(trail: list[str]) -> str:
     return "".join("/" + t for t in trail)
 
 
-def parse_json(text: str | bytes) -> Any:
-    """Strict JSON parsing for hashed inputs: no NaN/Infinity, no duplicate keys.
+# Byte-order marks and the zero-byte patterns of a BOM-less UTF-16/32 start (RFC 8259 §8.1's
+# detection: a JSON text starts with an ASCII character). Longest first: UTF-32 LE's BOM begins
+# with UTF-16 LE's.
+_ENCODINGS = (
+    (b"\x00\x00\xfe\xff", "UTF-32 BE (with a BOM)"),
+    (b"\xff\xfe\x00\x00", "UTF-32 LE (with a BOM)"),
+    (b"\xef\xbb\xbf", "UTF-8 with a BOM"),
+    (b"\xfe\xff", "UTF-16 BE (with a BOM)"),
+    (b"\xff\xfe", "UTF-16 LE (with a BOM)"),
+)
 
-    Both are rejected with a CanonicalError (a ValueError) naming the path.
+
+def foreign_encoding(data: bytes) -> str | None:
+    """The encoding a JSON text's bytes are in when it is not UTF-8 without a BOM (None when it
+    may be UTF-8). RFC 8785 hashes UTF-8 bytes: an identity tool takes nothing else."""
+    for bom, name in _ENCODINGS:
+        if data.startswith(bom):
+            return name
+    head = data[:4]
+    if len(head) == 4:
+        if head[:3] == b"\x00\x00\x00" and head[3]:
+            return "UTF-32 BE"
+        if head[0] and head[1:] == b"\x00\x00\x00":
+            return "UTF-32 LE"
+    if len(head) >= 2:
+        if head[0] == 0 and head[1]:
+            return "UTF-16 BE"
+        if head[0] and head[1] == 0:
+            return "UTF-16 LE"
+    return None
+
+
+class EncodingError(ValueError):
+    """JSON bytes in another encoding than UTF-8 without a BOM."""
+
+
+def parse_json(text: str | bytes) -> Any:
+    """Strict JSON parsing for hashed inputs: UTF-8 without a BOM (bytes), no NaN/Infinity, no
+    duplicate keys.
+
+    Each is rejected with a ValueError (CanonicalError naming the path, EncodingError naming the
+    encoding found).
     """
+    if isinstance(text, bytes | bytearray):
+        found = foreign_encoding(bytes(text[:4]))
+        if found is not None:
+            raise EncodingError(f"encoded as {found}; only UTF-8 without a BOM is accepted")
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise EncodingError(f"not UTF-8 (invalid byte at offset {exc.start})") from exc
+    elif text.startswith("\ufeff"):
+        raise EncodingError("starts with a byte-order mark; only UTF-8 without a BOM is accepted")
     try:
         raw = json.loads(text, parse_constant=_Constant, object_pairs_hook=_Pairs)
     except RecursionError as exc:

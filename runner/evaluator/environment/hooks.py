@@ -87,7 +87,7 @@ def environment_pair_check(
         run = _run_of(path)
         try:
             rp = read_protocol(run)
-            store = EvidenceStore(run)
+            store = EvidenceStore(run, create=False)
             ev = LoadedEvidence.from_store(store)
         except (EvidenceError, OSError) as exc:
             return (None, [R.qualified(R.ENVIRONMENT_UNREADABLE, f"{path}: {exc}")])

@@ -6,6 +6,13 @@ writer that proceeds (e.g. starts recovery after a witness) knows the record is 
 last line (crash mid-write) is moved aside to `<journal>.torn-<n>` on reopen, never silently
 dropped; earlier lines are never rewritten.
 
+The order of an attempt journal's records is bound without a signature too: `seq` is the line's
+position, and `at_ns` never decreases from one line to the next (the writer holds its clock to
+that; `read_verified` checks it), so records reordered with the chain and the sequence numbers
+recomputed are refused unless every timestamp is forged as well. The run's own journal
+(`run.jsonl`) is exempt: `bench merge` concatenates the run journals of shards that ran at the
+same time. An attempt journal is created with its first record: one with none is refused.
+
 Layout: RUN_DIR/journals/<name>.jsonl, RUN_DIR/blobs/sha256/<hex>.
 """
 
@@ -37,6 +44,7 @@ from .templates import _CELL, _SLOT, _TEMPLATES, _cut, _remember, _with_cell
 
 JOURNALS = "journals"
 BLOBS = "blobs/sha256"
+RUN_JOURNAL_FILE = "run.jsonl"
 
 
 @dataclass(frozen=True)
@@ -122,6 +130,8 @@ def read_verified(path: Path | str) -> Iterator[Verified]:
     """
     prev: str | None = None
     prev_member = b"null"  # `prev` as the JSON member the next line must hold
+    ordered = os.path.basename(path) != RUN_JOURNAL_FILE  # module docstring
+    last_ns = 0
     with open(path, "rb") as fh:  # a str path too: no Path object per journal on the hot path
         data = fh.read()
     lines = data.split(b"\n")
@@ -137,6 +147,14 @@ def read_verified(path: Path | str) -> Iterator[Verified]:
             p = prev
         else:
             p, at_ns, record, leaf = _checked_line(line, n, prev, f"{path}: line {n}")
+        if ordered:
+            now = int(at_ns)
+            if now < last_ns:
+                raise EvidenceError(
+                    f"{path}: line {n}: at_ns {at_ns} is earlier than line {n - 1}'s "
+                    "(records out of order?)"
+                )
+            last_ns = now
         hexed = hashlib.sha256(line).hexdigest()
         prev = "sha256:" + hexed
         prev_member = b'"sha256:' + hexed.encode() + b'"'
@@ -274,11 +292,18 @@ class Journal:
     def __init__(self, path: Path, clock: Callable[[], int] = time.time_ns) -> None:
         self.path = path
         self._clock = clock
+        # The default clock is the wall clock, which may step back: held non-decreasing (module
+        # docstring). A clock handed in (a merge copying recorded times, a test) is taken as is.
+        self._hold = clock is time.time_ns
         self._lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
+        self._last_ns = 0
         self._seq, self._prev, torn = self._recover()
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        _fsync_dir(path.parent)
+        # A new journal is created by its first append: a journal file never exists empty.
+        self._fd = -1
+        self._closed = False
+        if path.exists():
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND, 0o600)
         if torn is not None:
             data = torn.read_bytes()
             self.append(QuarantinedTail(file=torn.name, sha256=sha256_digest(data), size=len(data)))
@@ -302,6 +327,7 @@ class Journal:
         seq, prev = 0, None
         for entry in read_journal(self.path):
             seq, prev = entry.seq, entry.line_digest
+            self._last_ns = max(self._last_ns, int(entry.at_ns))
         return seq, prev, torn
 
     def append(self, record: BaseModel) -> str:
@@ -309,21 +335,33 @@ class Journal:
         body = record.model_dump(mode="json")
         parse_record(body)  # only known record types enter a journal
         with self._lock:
+            now = self._clock()
+            if self._hold:
+                now = max(now, self._last_ns)
+            self._last_ns = now
             env = {
                 "seq": self._seq + 1,
                 "prev": self._prev,
-                "at_ns": str(self._clock()),
+                "at_ns": str(now),
                 "record": body,
             }
             line = canonical_bytes(env)
+            if self._closed:
+                raise ValueError(f"{self.path}: journal is closed")
+            created = self._fd < 0
+            if created:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             os.write(self._fd, line + b"\n")
             os.fsync(self._fd)
+            if created:
+                _fsync_dir(self.path.parent)
             self._seq += 1
             self._prev = sha256_digest(line)
             return self._prev
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
@@ -336,12 +374,14 @@ class Journal:
 
 
 class EvidenceStore:
-    """A run directory's journals and blobs."""
+    """A run directory's journals and blobs. `create=False`: a reader's view, which creates
+    nothing (a read-only command never writes into its input)."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, create: bool = True) -> None:
         self.run_dir = run_dir
-        (run_dir / JOURNALS).mkdir(parents=True, exist_ok=True)
-        (run_dir / BLOBS).mkdir(parents=True, exist_ok=True)
+        if create:
+            (run_dir / JOURNALS).mkdir(parents=True, exist_ok=True)
+            (run_dir / BLOBS).mkdir(parents=True, exist_ok=True)
 
     def journal(self, name: str, clock: Callable[[], int] = time.time_ns) -> Journal:
         if not name or "/" in name or name.startswith("."):

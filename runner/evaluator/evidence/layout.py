@@ -86,6 +86,7 @@ class Layout:
     torn: list[str] = field(default_factory=list)
     blobs: dict[str, int] = field(default_factory=dict)  # hex -> size
     results: list[str] = field(default_factory=list)  # "results/..." regular files, sorted
+    result_sizes: dict[str, int] = field(default_factory=dict)  # "results/..." -> size (lstat)
     result_dirs: list[str] = field(default_factory=list)  # "results/..." directories below it
 
 
@@ -191,10 +192,10 @@ def _journals(run_dir: Path, out: Layout) -> None:
             )
         elif st.st_size > JOURNAL_CAP:
             out.problems.append(f"{rel}: {st.st_size} bytes; the limit is {JOURNAL_CAP}")
-        elif st.st_size == 0 and stem == RUN_JOURNAL:
-            # An attempt journal may be empty: the runtime creates it before the attempt's first
-            # record, and a crash in between leaves it so (it records nothing, it claims nothing).
-            out.problems.append(f"{rel}: empty journal")
+        elif st.st_size == 0:
+            # A journal is created with its first record (journal.Journal): an empty one was put
+            # there by hand, and could name a cell the protocol does not register.
+            out.problems.append(f"{rel}: empty journal (a journal holds at least one record)")
         else:
             out.journals.append(name)
             out.sizes[name] = st.st_size
@@ -249,6 +250,7 @@ def _results(run_dir: Path, out: Layout) -> None:
                 out.problems.append(f"{shown}: {st.st_size} bytes; the limit is {RESULT_FILE_CAP}")
             else:
                 out.results.append(str(child))
+                out.result_sizes[str(child)] = st.st_size
     out.results.sort()
 
 
@@ -403,3 +405,18 @@ def require(run_dir: Path) -> None:
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise EvidenceError(problems[0] + more)
+
+
+def open_run(run_dir: Path, results: bool = True) -> tuple[Layout, References]:
+    """The one entry of every command that reads a run directory or a bundle (verify, evaluate,
+    reproduce, regrade, report, compare, merge, registry add): the lstat-only layout check, each
+    file's type and stat size against its cap, then the bounded scan of what the journals refer
+    to (blobs hashed to their address). Runs before any signature is checked and before any file
+    is parsed; reads through no symlink and writes nothing. EvidenceError naming the first
+    problem (and how many more)."""
+    layout, refs, problems = check(run_dir, results)
+    if problems or refs is None:
+        first = problems[0] if problems else f"{shorten(str(run_dir))}: unreadable"
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise EvidenceError(first + more)
+    return layout, refs

@@ -8,7 +8,11 @@ Writers are serialised: `freeze` and `amend` read the log, decide and append und
 `flock` on the log's directory (no lock file beside the spec), with one O_APPEND write and an
 fsync per record, so racing freezes or amendments never interleave or fork the chain. Git
 history anchors the committed logs (tests/trust/test_append_only_history.py), and a signed head
-(runner/evaluator/trust/head.py) can anchor a local one.
+(`<spec>.freeze.head.dsse.json`, runner/evaluator/trust/head.py, with one digest per record)
+anchors every log: the callers (`bench plan | freeze | amend | run`) pass an `anchor` that checks
+the log against its head before a record is believed (a rewrite, a truncation or an unsigned
+append is refused naming the first bad record; a log without a head is refused) and a `sealer`
+that re-signs the head after every append. `seal` signs the head of a log that has none.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import contextlib
 import datetime as dt
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Literal
@@ -59,12 +63,18 @@ class FreezeRecord(Frozen):
         return self.model_copy(update={"record_hash": self.body_digest()})
 
 
+Anchor = Callable[[Path], object]  # raises (TrustError) unless the log is its signed head
+Sealer = Callable[[Path], object]  # re-signs the log's head after an append
+
+
 def log_path(spec_path: Path) -> Path:
     return spec_path.with_name(spec_path.stem + ".freeze.jsonl")
 
 
-def read_log(spec_path: Path) -> list[FreezeRecord]:
+def read_log(spec_path: Path, anchor: Anchor | None = None) -> list[FreezeRecord]:
     path = log_path(spec_path)
+    if anchor is not None:
+        anchor(path)  # before a record is believed (a draft's absent log passes: no head)
     if not path.exists():
         return []
     records: list[FreezeRecord] = []
@@ -99,8 +109,10 @@ def _tampered(rec: FreezeRecord, line: bytes, before: list[FreezeRecord]) -> str
     return None
 
 
-def status(spec_path: Path, ids: Identities) -> tuple[ProtocolStatus, FreezeRecord | None]:
-    records = read_log(spec_path)
+def status(
+    spec_path: Path, ids: Identities, anchor: Anchor | None = None
+) -> tuple[ProtocolStatus, FreezeRecord | None]:
+    records = read_log(spec_path, anchor)
     if not records:
         return ProtocolStatus.DRAFT, None
     last = records[-1]
@@ -141,13 +153,23 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def freeze(spec_path: Path, ids: Identities, reason: str = "initial freeze") -> FreezeRecord:
+def freeze(
+    spec_path: Path,
+    ids: Identities,
+    reason: str = "initial freeze",
+    *,
+    anchor: Anchor | None = None,
+    sealer: Sealer | None = None,
+) -> FreezeRecord:
     with locked(spec_path):
-        return _freeze(spec_path, ids, reason)
+        rec = _freeze(spec_path, ids, reason, anchor)
+        if sealer is not None:
+            sealer(log_path(spec_path))  # re-signed after every append (and re-freeze: no-op)
+        return rec
 
 
-def _freeze(spec_path: Path, ids: Identities, reason: str) -> FreezeRecord:
-    state, last = status(spec_path, ids)
+def _freeze(spec_path: Path, ids: Identities, reason: str, anchor: Anchor | None) -> FreezeRecord:
+    state, last = status(spec_path, ids, anchor)
     if state is ProtocolStatus.FROZEN:
         assert last is not None
         return last
@@ -172,15 +194,40 @@ def _freeze(spec_path: Path, ids: Identities, reason: str) -> FreezeRecord:
     return rec
 
 
-def amend(spec_path: Path, ids: Identities, reason: str) -> FreezeRecord:
+def amend(
+    spec_path: Path,
+    ids: Identities,
+    reason: str,
+    *,
+    anchor: Anchor | None = None,
+    sealer: Sealer | None = None,
+) -> FreezeRecord:
     if not reason.strip():
         raise InputError("an amendment needs a --reason", file=str(spec_path))
     with locked(spec_path):
-        return _amend(spec_path, ids, reason)
+        rec = _amend(spec_path, ids, reason, anchor)
+        if sealer is not None:
+            sealer(log_path(spec_path))
+        return rec
 
 
-def _amend(spec_path: Path, ids: Identities, reason: str) -> FreezeRecord:
-    records = read_log(spec_path)
+def seal(spec_path: Path, sealer: Sealer, prefix: Anchor | None = None) -> list[FreezeRecord]:
+    """Sign the head of a freeze log that has none (the logs frozen before heads existed), or
+    whose head a crash left behind an append: every record's seal and the chain must hold, and
+    `prefix` (when given) checks that what an existing head signed is still there."""
+    path = log_path(spec_path)
+    with locked(spec_path):
+        if not path.exists():
+            raise InputError("no freeze log to seal (a draft)", file=str(path))
+        if prefix is not None:
+            prefix(path)
+        records = read_log(spec_path)
+        sealer(path)
+        return records
+
+
+def _amend(spec_path: Path, ids: Identities, reason: str, anchor: Anchor | None) -> FreezeRecord:
+    records = read_log(spec_path, anchor)
     if not records:
         raise InputError("this protocol is a draft; freeze it first", file=str(spec_path))
     last = records[-1]

@@ -11,6 +11,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from runner.evaluator.core.bounded import TASK_FILE_CAP
 from runner.evaluator.core.canonical import digest
 from runner.evaluator.core.inputs import evaluator_digest, project_root
 from runner.evaluator.core.nar import nar_sha256
@@ -81,7 +82,8 @@ def task_grader_identity(spec: Spec, spec_path: Path, root: Path) -> str:
     base = spec_base(spec_path)
     tests = {}
     for task_id, (_, task) in sorted(spec.task_index().items()):
-        tests[task_id] = "sha256:" + nar_sha256(base / task.path) if task.path else None
+        tree = base / task.path if task.path else None
+        tests[task_id] = "sha256:" + nar_sha256(tree, file_cap=TASK_FILE_CAP) if tree else None
     image = None
     if spec.grader.image:
         image = {

@@ -164,7 +164,7 @@ def read_protocol(run_dir: Path) -> RunProtocol:
     if not os.path.lexists(path):
         raise EvidenceError(f"{path}: missing (No such file or directory)")
     # a regular file (not a symlink, FIFO, ...) of bounded size, read without blocking
-    raw = read_bounded(path, PROTOCOL_CAP, evidence=True)
+    raw = read_bounded(path, PROTOCOL_CAP, evidence=True, starts=b'{"')  # canonical: an object
     try:
         rp = parse_protocol(raw)
     except ValueError as exc:

@@ -18,13 +18,12 @@ as JSON Schemas (`bench schema`) and documented in docs/SUBJECTS.md.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from runner.evaluator.core.bounded import check_tree
+from runner.evaluator.core.bounded import TASK_FILE_CAP, check_tree, sha256_bounded
 from runner.evaluator.core.canonical import digest
 from runner.evaluator.core.types import Digest, StrictFrozen
 
@@ -70,7 +69,8 @@ def tree_files(root: Path) -> dict[str, str]:
         rel = p.relative_to(root)
         if _ignored(rel) or p.is_symlink() or not p.is_file():
             continue
-        out[rel.as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest()
+        # size before content: a sparse giant is refused by its stat size, the rest streamed
+        out[rel.as_posix()] = sha256_bounded(p, TASK_FILE_CAP, evidence=False)[len("sha256:") :]
     return out
 
 

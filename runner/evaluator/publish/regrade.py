@@ -25,6 +25,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.evaluator.core.bounded import RESULT_FILE_CAP, read_bounded
 from runner.evaluator.core.canonical import canonical_bytes, digest, fast_digest, parse_json
 from runner.evaluator.core.errors import EvidenceError, InputError
 from runner.evaluator.evidence.journal import JOURNALS, EvidenceStore
@@ -81,7 +82,7 @@ def _old_scorecards(source: Path) -> dict[str, tuple[str, str]]:
     out: dict[str, tuple[str, str]] = {}
     results = source / RESULTS
     for path in sorted(results.glob("*/scorecard.json")) if results.is_dir() else []:
-        raw = path.read_bytes()
+        raw = read_bounded(path, RESULT_FILE_CAP, evidence=True)
         try:
             doc = parse_json(raw)
         except ValueError as exc:

@@ -13,8 +13,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from runner.evaluator.core.bounded import read_bounded
 from runner.evaluator.core.canonical import canonical_bytes, parse_json
 from runner.evaluator.core.errors import EvidenceError
+from runner.evaluator.evidence.layout import check as check_layout
 from runner.evaluator.verdict.outcomes import TerminalRecord
 
 from .results import DERIVED_VIEWS, RESULTS, EnvironmentHook, derive, verify
@@ -42,11 +44,13 @@ def first_difference(a: Any, b: Any, path: str = "") -> str | None:
 
 
 def describe(rel: str, published: bytes, derived: bytes) -> str:
+    """Where a published file first differs from the derived one; a damaged published file
+    (invalid JSON, not UTF-8) is named as such, never raised."""
     if rel.endswith(".json"):
         try:
             where = first_difference(parse_json(published), parse_json(derived))
-        except ValueError:
-            where = None
+        except (ValueError, RecursionError):
+            return f"{rel}: bytes differ (not valid JSON)"
         if where is not None:
             return f"{rel}: first differing field {where}"
     if rel.endswith((".jsonl", ".md")):
@@ -55,10 +59,16 @@ def describe(rel: str, published: bytes, derived: bytes) -> str:
         ):
             if x != y:
                 if rel.endswith(".jsonl"):
-                    where = first_difference(parse_json(x), parse_json(y))
+                    try:
+                        where = first_difference(parse_json(x), parse_json(y))
+                    except (ValueError, RecursionError):
+                        return f"{rel}: line {n} differs (not valid JSON)"
                     return f"{rel}: line {n}, first differing field {where}"
                 return f"{rel}: line {n} differs"
     return f"{rel}: bytes differ"
+
+
+DESCRIBE_CAP = 64 << 20  # a differing published file larger than this is not read to describe
 
 
 def reproduce(
@@ -74,15 +84,16 @@ def reproduce(
             p.startswith(f"{RESULTS}/") and p.endswith(": differs from what the evidence derives")
         )
     ]
+    layout, _, refused = check_layout(bundle)
+    if refused:  # verify named them; nothing of the bundle is read past its layout
+        return problems or refused
     try:
         _, _, derived = derive(bundle, evaluator_digest, environment)
     except EvidenceError as exc:
         return [*problems, str(exc)] if str(exc) not in problems else problems
-    published = {
-        rel: p.read_bytes()
-        for p in (bundle / RESULTS).rglob("*")
-        if p.is_file() and (rel := str(p.relative_to(bundle))) not in DERIVED_VIEWS
-    }
+    # the published files as listed by lstat (no symlink, FIFO or oversized file is opened)
+    published = {rel: layout.result_sizes[rel] for rel in layout.results}
+    published = {rel: n for rel, n in published.items() if rel not in DERIVED_VIEWS}
     if not published:
         problems.append(f"{RESULTS}/: the bundle publishes no result")
     for rel in sorted(set(published) | set(derived)):
@@ -90,8 +101,18 @@ def reproduce(
             problems.append(f"{rel}: published but not derivable from the evidence")
         elif rel not in published:
             problems.append(f"{rel}: derivable but not in the bundle")
-        elif published[rel] != derived[rel]:
-            problems.append(describe(rel, published[rel], derived[rel]))
+        elif published[rel] > max(len(derived[rel]), DESCRIBE_CAP):
+            problems.append(
+                f"{rel}: bytes differ ({published[rel]} bytes, derived {len(derived[rel])})"
+            )
+        else:
+            try:
+                data = read_bounded(bundle / rel, published[rel], evidence=True)
+            except EvidenceError as exc:
+                problems.append(str(exc))
+                continue
+            if data != derived[rel]:
+                problems.append(describe(rel, data, derived[rel]))
     return problems
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.evaluator.core.bounded import RESULT_FILE_CAP, read_bounded
+from runner.evaluator.core.bounded import read_bounded
 from runner.evaluator.core.canonical import (
     canonical_bytes,
     fast_canonical_bytes,
@@ -31,7 +31,7 @@ from runner.evaluator.core.errors import EvidenceError
 from runner.evaluator.evidence.journal import JOURNALS, EvidenceStore
 from runner.evaluator.evidence.layout import check as check_layout
 from runner.evaluator.evidence.layout import run_record_problems
-from runner.evaluator.evidence.loading import LoadedEvidence
+from runner.evaluator.evidence.loading import ATTEMPT_JOURNAL, LoadedEvidence
 from runner.evaluator.protocol.runfile import (
     PROTOCOL_FILE,
     RunProtocol,
@@ -108,7 +108,7 @@ def _derive(
     run_dir: Path, evaluator_digest: str, environment: EnvironmentHook | None
 ) -> tuple[RunProtocol, dict[str, SubjectResult], dict[str, bytes]]:
     rp = read_protocol(run_dir)
-    store = EvidenceStore(run_dir)
+    store = EvidenceStore(run_dir, create=False)
     evidence = LoadedEvidence.from_store(store)
     env = environment(rp, evidence, store) if environment else NO_ENVIRONMENT
     # A regraded directory (publish/regrade.py) re-derives as a regrade by this evaluator; its
@@ -134,6 +134,7 @@ def _derive(
 
 
 REGRADE_FILE = "regrade.json"
+REGRADE_CAP = 1 << 20  # a regrade record: a few digests per subject (README "Limits")
 
 
 def judging_evaluator(run_dir: Path) -> str:
@@ -141,9 +142,9 @@ def judging_evaluator(run_dir: Path) -> str:
     directory (results/regrade.json), else the one that recorded the run."""
     rp = read_protocol(run_dir)
     path = run_dir / RESULTS / REGRADE_FILE
-    if path.is_file():
+    if os.path.lexists(path):  # anything but a regular file is refused by the bounded read
         try:
-            record = parse_json(path.read_bytes())
+            record = parse_json(read_bounded(path, REGRADE_CAP, evidence=True))
         except ValueError as exc:
             raise EvidenceError(f"{RESULTS}/{REGRADE_FILE}: not JSON: {exc}") from exc
         if isinstance(record, dict) and isinstance(record.get("evaluator_digest"), str):
@@ -156,9 +157,9 @@ def _regrade_record(
 ) -> tuple[bytes, dict[str, Any]] | None:
     """The run's regrade record, when it is one made by this evaluator of this evidence."""
     path = run_dir / RESULTS / REGRADE_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
-    raw = path.read_bytes()
+    raw = read_bounded(path, REGRADE_CAP, evidence=True)
     try:
         record = parse_json(raw)
     except ValueError as exc:
@@ -318,7 +319,7 @@ def _derive_into(
 ) -> tuple[RunProtocol, dict[str, SubjectResult]]:
     """`_derive`, each file handed to `put` as it is made."""
     rp = read_protocol(run_dir)
-    store = EvidenceStore(run_dir)
+    store = EvidenceStore(run_dir, create=False)
     names = store.journal_names()  # listed once: the journals read are the artifacts named
     evidence = LoadedEvidence.from_store(store, names)
     env = environment(rp, evidence, store) if environment else NO_ENVIRONMENT
@@ -404,6 +405,24 @@ def _swap(run_dir: Path, tmp: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def unregistered_journals(rp: RunProtocol, journals: Iterable[str]) -> list[str]:
+    """Attempt journals named for no cell the protocol registers (their records would only make
+    the run ineligible; a journal no cell owns is refused as an unexpected file, as evidence
+    that stands without a signature)."""
+    from runner.evaluator.protocol.matrix import cell_id
+
+    registered = {
+        cell_id(s.slot_id, h)[7:23]
+        for h in rp.identities.subject_config_hashes.values()
+        for s in rp.slots
+    }
+    return [
+        f"{JOURNALS}/{name}: names no cell of the protocol (unexpected file)"
+        for name in journals
+        if (m := ATTEMPT_JOURNAL.fullmatch(name.removesuffix(".jsonl"))) and m[1] not in registered
+    ]
+
+
 def verify(
     run_dir: Path, evaluator_digest: str, environment: EnvironmentHook | None = None
 ) -> list[str]:
@@ -432,6 +451,7 @@ def verify(
     problems += [f"{PROTOCOL_FILE}: {p}" for p in consistency]
     if refs is not None:
         problems += run_record_problems(rp, refs.started)
+    problems += unregistered_journals(rp, layout.journals)
     if any("spec_text does not parse" in p for p in consistency):
         return problems  # nothing below can be derived from a protocol without its spec
     try:
@@ -440,21 +460,25 @@ def verify(
         return [*problems, str(exc)]
     if not os.path.lexists(run_dir / RESULTS):
         return problems  # not evaluated yet: the evidence alone verified
-    on_disk: dict[str, bytes] = {}
-    for rel in layout.results:
-        if rel in DERIVED_VIEWS:
-            continue
-        try:
-            on_disk[rel] = read_bounded(run_dir / rel, RESULT_FILE_CAP, evidence=True)
-        except EvidenceError as exc:
-            problems.append(str(exc))
-    for rel in sorted(set(on_disk) | set(files)):
+    # Size before content: a file no derived file is named for, or of another size than the one
+    # derived under its name, is refused by its lstat size alone; only an equal-sized
+    # candidate is read (bounded), one at a time.
+    present = {rel for rel in layout.results if rel not in DERIVED_VIEWS}
+    for rel in sorted(present | set(files)):
         if rel not in files:
             problems.append(f"{rel}: not derivable from the evidence (unexpected file)")
-        elif rel not in on_disk:
+        elif rel not in present:
             problems.append(f"{rel}: missing")
-        elif on_disk[rel] != files[rel]:
+        elif layout.result_sizes[rel] != len(files[rel]):
             problems.append(f"{rel}: differs from what the evidence derives")
+        else:
+            try:
+                data = read_bounded(run_dir / rel, len(files[rel]), evidence=True)
+            except EvidenceError as exc:
+                problems.append(str(exc))
+                continue
+            if data != files[rel]:
+                problems.append(f"{rel}: differs from what the evidence derives")
     holders = {str(Path(rel).parent) for rel in [*files, *DERIVED_VIEWS]}
     for d in layout.result_dirs:
         if not any(h == d or h.startswith(d + "/") for h in holders):

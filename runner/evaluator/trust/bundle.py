@@ -23,6 +23,8 @@ from securesystemslib.signer import Key  # type: ignore[attr-defined]  # public,
 
 from runner.evaluator.core.bounded import RESULT_FILE_CAP, read_bounded
 from runner.evaluator.core.errors import EvidenceError, InputError
+from runner.evaluator.evidence.layout import open_run
+from runner.evaluator.protocol.runfile import read_protocol
 from runner.evaluator.publish.reproduce import describe
 from runner.evaluator.publish.results import RESULTS, EnvironmentHook, derive, judging_evaluator
 
@@ -62,17 +64,33 @@ class ScorecardCheck:
         self.environment = environment
         self.require_signature = require_signature
         self._runs: dict[Path, RunPredicate | TrustError] = {}
+        self._layouts: dict[Path, str | None] = {}
         self._derived: dict[Path, dict[str, bytes] | str] = {}
 
     def __call__(self, card: Path) -> list[str]:
         """Why this scorecard is refused (empty: accepted)."""
         try:
             bundle, subject = bundle_of(card)
+            self._readable(bundle)
             if self.require_signature:
                 check_scorecard(bundle, subject, self.trusted, self._run(bundle))
         except (TrustError, InputError) as exc:
             return [str(exc)]
         return self._rederived(card, bundle, subject)
+
+    def _readable(self, bundle: Path) -> None:
+        """The bundle's layout, sizes, references and protocol hold (layout.open_run, the entry
+        of every reading command): checked before its signature or any of its files is read."""
+        if bundle not in self._layouts:
+            try:
+                open_run(bundle)
+                read_protocol(bundle)
+                self._layouts[bundle] = None
+            except EvidenceError as exc:
+                self._layouts[bundle] = f"{bundle}: {exc}"
+        problem = self._layouts[bundle]
+        if problem is not None:
+            raise TrustError(problem)
 
     def _run(self, bundle: Path) -> RunPredicate:
         if bundle not in self._runs:
