@@ -11,28 +11,8 @@ from typing import Annotated
 import typer
 
 from runner.cli.app import app, guarded, out
-from runner.cli.keys import KeyDir, TrustedOpt
+from runner.cli.options import KeyDir, TrustedOpt, sealer
 from runner.evaluator.protocol import freeze as freezing
-
-
-def anchor(trusted_dir: Path | None = None) -> freezing.Anchor:
-    from runner.evaluator.trust.head import freeze_anchor
-    from runner.evaluator.trust.keys import trusted_keys
-
-    return freeze_anchor(lambda: trusted_keys(trusted_dir))  # loaded only for a frozen spec
-
-
-def sealer(key_dir: Path | None = None) -> freezing.Sealer:
-    """Loads the signing key now: a freeze or amendment without it is refused before writing."""
-    from runner.trust.keys import load_signer
-    from runner.trust.sign import sign_head
-
-    signer = load_signer(key_dir)
-
-    def seal(log: Path) -> object:
-        return sign_head(log, signer, per_line=True)
-
-    return seal
 
 
 @app.command("freeze-seal")

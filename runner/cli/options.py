@@ -12,6 +12,7 @@ import typer
 
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.inputs import project_root
+from runner.evaluator.protocol import freeze as freezing
 from runner.evaluator.publish.registry import Registry
 from runner.evaluator.trust.keys import TRUSTED_ENV
 from runner.trust import keys as signing
@@ -118,3 +119,24 @@ def open_registry(
             return sign_head(p, signer)
 
     return Registry(path, anchor=lambda p: check_head(p, keys), sealer=sealer)
+
+
+# The freeze log is believed only as its signed head covers it (bench plan/freeze/amend/run).
+def anchor(trusted_dir: Path | None = None) -> freezing.Anchor:
+    from runner.evaluator.trust.head import freeze_anchor
+    from runner.evaluator.trust.keys import trusted_keys
+
+    return freeze_anchor(lambda: trusted_keys(trusted_dir))  # loaded only for a frozen spec
+
+
+def sealer(key_dir: Path | None = None) -> freezing.Sealer:
+    """Loads the signing key now: a freeze or amendment without it is refused before writing."""
+    from runner.trust.keys import load_signer
+    from runner.trust.sign import sign_head
+
+    signer = load_signer(key_dir)
+
+    def seal(log: Path) -> object:
+        return sign_head(log, signer, per_line=True)
+
+    return seal

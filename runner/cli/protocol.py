@@ -75,7 +75,7 @@ def plan(spec: SpecArg, json_out: Annotated[bool, typer.Option("--json")] = Fals
     s = load_spec(spec)
     m = resolve(s)
     ids = compute(s, spec, m)
-    from runner.cli.freezelog import anchor
+    from runner.cli.options import anchor
 
     state, _ = freezing.status(spec, ids, anchor())  # the log against its signed head
     strata = Counter(slot.stratum for slot in m.slots)
@@ -116,7 +116,7 @@ def freeze(
     """Write a freeze record binding the spec's protocol_hash (no-op if already frozen)."""
     s = load_spec(spec)
     ids = compute(s, spec)
-    from runner.cli.freezelog import anchor, sealer
+    from runner.cli.options import anchor, sealer
 
     rec = freezing.freeze(spec, ids, reason, anchor=anchor(), sealer=sealer())
     out.print(f"frozen {rec.protocol_hash} in {freezing.log_path(spec)}")
@@ -130,7 +130,7 @@ def amend(
     """Record an amendment: the new protocol_hash with its parent and the reason."""
     s = load_spec(spec)
     ids = compute(s, spec)
-    from runner.cli.freezelog import anchor, sealer
+    from runner.cli.options import anchor, sealer
 
     rec = freezing.amend(spec, ids, reason, anchor=anchor(), sealer=sealer())
     out.print(f"amended {rec.parent_protocol_hash} -> {rec.protocol_hash}")

@@ -14,7 +14,13 @@ from tests.foundation.test_layering import ROOT, imports_of, module_name
 
 CLI = ROOT / "runner" / "cli"
 # what every command module may import; they import no command module (nor main)
-SHARED = {"runner.cli", "runner.cli.app", "runner.cli.options", "runner.cli.display"}
+SHARED = {
+    "runner.cli",
+    "runner.cli.app",
+    "runner.cli.options",
+    "runner.cli.display",
+    "runner.cli.reading",
+}
 
 
 def graph(folder: Path, root: Path = ROOT) -> dict[str, set[str]]:
