@@ -38,7 +38,7 @@ from typing import Any
 
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")  # before the SDK is imported
 
-from agents import (  # noqa: E402
+from agents import (
     Agent,
     OpenAIResponsesModel,
     RunConfig,
@@ -46,8 +46,8 @@ from agents import (  # noqa: E402
     SQLiteSession,
     set_tracing_disabled,
 )
-from agents.mcp import MCPServerStreamableHttp  # noqa: E402
-from openai import AsyncOpenAI  # noqa: E402
+from agents.mcp import MCPServerStreamableHttp
+from openai import AsyncOpenAI
 
 INSTRUCTIONS = (
     "You are a software engineer fixing a bug in a Python project. You work only through the "
@@ -67,9 +67,11 @@ def log(**fields: Any) -> None:
 def prompt(task: dict[str, Any]) -> str:
     """The task as the agent is told it: only the agent view's keys (never a known answer)."""
     statement = task.get("problem_statement")
-    lines = [statement.strip()] if isinstance(statement, str) and statement.strip() else [
-        f"Task {task.get('task_id')}: make the project's failing tests pass."
-    ]
+    lines = (
+        [statement.strip()]
+        if isinstance(statement, str) and statement.strip()
+        else [f"Task {task.get('task_id')}: make the project's failing tests pass."]
+    )
     if task.get("src"):
         lines.append(f"The project's sources are at {task['src']} in the sandbox.")
     if task.get("submit"):
@@ -82,14 +84,18 @@ async def run(args: argparse.Namespace) -> int:
     with open(os.environ["AFB_TASK_FILE"]) as fh:
         task = json.load(fh)
     state = os.environ["AFB_STATE_DIR"]
-    session = SQLiteSession(f"afb-{task.get('task_id', 'task')}", os.path.join(state, "session.sqlite3"))
+    session = SQLiteSession(
+        f"afb-{task.get('task_id', 'task')}", os.path.join(state, "session.sqlite3")
+    )
     history = await session.get_items()
     restart = int(os.environ.get("AFB_RESTART_INDEX", "0"))
     # resume: the session already holds the prompt (and every finished turn); no new input
     new_input: str | list[Any] = [] if history else prompt(task)
     log(event="launch", restart_index=restart, resumed_items=len(history))
 
-    client = AsyncOpenAI(base_url=os.environ["OPENAI_BASE_URL"], api_key=os.environ["OPENAI_API_KEY"])
+    client = AsyncOpenAI(
+        base_url=os.environ["OPENAI_BASE_URL"], api_key=os.environ["OPENAI_API_KEY"]
+    )
     model = OpenAIResponsesModel(model=args.model, openai_client=client)
     mcp = MCPServerStreamableHttp(
         params={"url": os.environ["AFB_MCP_URL"], "timeout": args.mcp_timeout,

@@ -15,7 +15,11 @@ tool call is the script.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
+import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +28,7 @@ import pytest
 from runner.benchmarks.swe_lite.grade import load_task
 from runner.benchmarks.swe_lite.workload import subject_task
 from runner.evaluator.protocol.subjects import tree_digest
+from runner.runtime.host.paths import SUBJECT_ROOT
 from tests.subjects.agents import (
     ROOT,
     TASK,
@@ -45,7 +50,8 @@ FAULTS = fault_blocks()  # the seven faults of specs/swe-lite-agents.toml
 def cassette_turns(task: dict[str, Any]) -> list[dict[str, Any]]:
     """What a capable model would answer, turn by turn, with the benchmark's MCP tools: look,
     copy and read, fix, run the failing tests in a scratch copy with the upstream test changes,
-    submit the diff, then say it is done. The SDK asks the model again after every tool result;
+    submit the diff, list what the destination committed (a read-only check), then say it is
+    done. The SDK asks the model again after every tool result;
     turn N is served whatever that result was (a scripted model cannot react)."""
     tid, src, first = task["task_id"], task["src"], task["files"][0]
     work, pp = f"/tmp/work/{tid}", task.get("pythonpath") or "."
@@ -72,6 +78,8 @@ def cassette_turns(task: dict[str, Any]) -> list[dict[str, Any]]:
              f"{tests}"])},
         {"text": "The tests pass. Submitting the fix.",
          "tool_calls": call(4, "submit_patch", payload={"task": tid, "patch": task["gold_patch"]})},
+        {"text": "Let me check that the submission landed.",
+         "tool_calls": call(5, "list_effects")},
         {"text": "I submitted the fix for the task."},
     ]  # fmt: skip
 
@@ -115,12 +123,17 @@ timeout_s = 300.0
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     tmp = tmp_path_factory.mktemp("openai-agents")
     spec = make_spec(tmp, subjects(tmp / "spec"), FAULTS)  # make_spec's folder: tmp/spec
-    proc, run_dir = run_draft(spec, tmp / "out")
-    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]  # draft: no score
-    return run_dir
+    # the subjects' state dirs are kept to read the SDK's own session (what it told its model)
+    proc, run_dir = run_draft(spec, tmp / "out", "--keep-subject-dirs")
+    kept = SUBJECT_ROOT / run_dir.name.rsplit("-", 1)[-1]
+    try:
+        assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]  # draft: no score
+        yield run_dir
+    finally:
+        shutil.rmtree(kept, ignore_errors=True)
 
 
 def _one(rs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
@@ -128,35 +141,126 @@ def _one(rs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return r
 
 
-def by_subject_and_fault(run_dir: Path) -> dict[tuple[str, str], list[dict[str, Any]]]:
+def by_cell(run_dir: Path) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Each attempt's records by (subject id, fault id): one attempt per cell."""
     out: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for rs in attempts(run_dir):
         started = _one(rs, "attempt_started")
         key = (started["subject_id"], started["fault_id"])
-        assert key not in out  # one attempt per cell
+        assert key not in out
         out[key] = rs
     return out
 
 
-def observed(run_dir: Path, rs: list[dict[str, Any]]) -> dict[str, Any]:
-    """What the evidence says the agent did in one attempt."""
-    ended = _one(rs, "attempt_ended")
-    ledger = [json.loads(x) for x in blob(run_dir, ended["ledger"]).decode().splitlines() if x]
+def session_items(run_dir: Path, rs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation the SDK persisted (its SQLiteSession in the kept state dir): the agent's
+    own account of what it told its model, not evidence."""
+    started = _one(rs, "attempt_started")
+    folder = SUBJECT_ROOT / run_dir.name.rsplit("-", 1)[-1]
+    (state,) = folder.glob(f"{started['cell_id'].removeprefix('sha256:')[:16]}-a*")
+    with contextlib.closing(sqlite3.connect(state / "session.sqlite3")) as db:
+        rows = db.execute("SELECT message_data FROM agent_messages ORDER BY id").fetchall()
+    return [json.loads(r[0]) for r in rows]
+
+
+def told_about_submit(items: list[dict[str, Any]]) -> list[str]:
+    """What each submit_patch result in the conversation said: committed / error."""
+    calls = {i["call_id"] for i in items if i.get("type") == "function_call"
+             and i.get("name") == "submit_patch"}  # fmt: skip
+    out = []
+    for i in items:
+        if i.get("type") == "function_call_output" and i["call_id"] in calls:
+            text = json.dumps(i["output"])
+            out.append("committed" if '\\"committed\\": true' in text else "error")
+    return out
+
+
+BASELINE = {"model": 7, "exec": 4, "submit_patch": 1}
+# fault -> (per-tool calls, (restart index, signaled) per launch, effects in the ledger, completed,
+# what the submit results in the persisted conversation said), per config where they differ.
+Expected = tuple[dict[str, int], list[tuple[int, bool]], int, bool, list[str]]
+SAME: dict[str, Expected] = {
+    # seven model turns, one per scripted turn (no side calls), four commands, one submit
+    "none": (BASELINE, [(0, False)], 1, True, ["committed"]),
+    # Killed at the submit's effect. The relaunch resumes the session: the prompt and the four
+    # finished turns (13 items); the turn that asked for the submit was in flight, so it was
+    # never written, and the model is asked it again (5 + 3 model calls, no command again). The
+    # script asks for the submit again: a second effect, and the first call left no trace in
+    # the conversation.
+    "sigkill-after-submit-effect": (
+        {"model": 8, "exec": 4, "submit_patch": 2}, [(0, True), (1, False)], 2, True,
+        ["committed"],
+    ),
+    # The stale-session error is the first command's result; the script goes on.
+    "restart-during-first-exec": (BASELINE, [(0, False)], 1, True, ["committed"]),
+    # The openai client retries a model call that got no answer (max_retries = 2 by default).
+    "lost-model-response": ({**BASELINE, "model": 8}, [(0, False)], 1, True, ["committed"]),
+    "partition-during-model-call": (
+        {**BASELINE, "model": 8}, [(0, False)], 1, True, ["committed"],
+    ),
+    # Killed while its fourth model call is answered: resumed from the three finished turns
+    # (10 items), the fourth asked again: 4 + 4 model calls, no command run twice.
+    "sigkill-mid-model-call": (
+        {**BASELINE, "model": 8}, [(0, True), (1, False)], 1, True, ["committed"],
+    ),
+}  # fmt: skip
+EXPECTED: dict[str, dict[str, Expected]] = {
+    "openai-agents-retry0": {
+        **SAME,
+        # No MCP retry: the model is told "An error occurred while running the tool. Please
+        # try again." although the effect was committed.
+        "lost-submit-response": (BASELINE, [(0, False)], 1, True, ["error"]),
+        # The held submit is cut before it is forwarded and not retried: no effect at all.
+        "partition-during-submit": (BASELINE, [(0, False)], 0, False, ["error"]),
+    },
+    "openai-agents-retry3": {
+        **SAME,
+        # The SDK's retry sends the submit again on a new MCP session, blindly: a second
+        # effect, and the model is told only of the second ("committed").
+        "lost-submit-response": (
+            {**BASELINE, "submit_patch": 2}, [(0, False)], 2, True, ["committed"],
+        ),
+        # The retry after the cut call lands the submit once.
+        "partition-during-submit": (
+            {**BASELINE, "submit_patch": 2}, [(0, False)], 1, True, ["committed"],
+        ),
+    },
+}  # fmt: skip
+
+
+def test_every_fault_is_witnessed(run: Path) -> None:
+    cells = by_cell(run)
+    assert set(cells) == {(s, f) for s, faults in EXPECTED.items() for f in faults}
+    for (sid, fault), rs in cells.items():
+        states = [r["state"] for r in rs if r["type"] == "lifecycle"]
+        if fault == "none":
+            assert states == []
+        else:
+            assert "witnessed" in states and "rejected" not in states, (sid, fault, states)
+        assert _one(rs, "attempt_ended")["outcome"] == "subject_finished", (sid, fault)
+        assert not [r for r in rs if r["type"] == "harness_error"], (sid, fault)
+
+
+@pytest.mark.parametrize(
+    ("sid", "fault"), [(s, f) for s, faults in sorted(EXPECTED.items()) for f in sorted(faults)]
+)
+def test_what_the_sdk_did(run: Path, sid: str, fault: str) -> None:
+    calls, launches, effects, completed, told = EXPECTED[sid][fault]
+    rs = by_cell(run)[(sid, fault)]
+    assert _one(rs, "tool_calls")["by_tool"] == calls
     exits = [r for r in rs if r["type"] == "subject_exit"]
+    assert [(e["restart_index"], e["signaled"]) for e in exits] == launches
+    assert exits[-1]["exit_code"] == 0
+    ended = _one(rs, "attempt_ended")
+    ledger = [json.loads(x) for x in blob(run, ended["ledger"]).decode().splitlines() if x]
+    assert len(ledger) == effects
+    assert all(item["payload"]["task"] == TASK for item in ledger)
     grade = _one(rs, "grader_result")
-    return {
-        "calls": _one(rs, "tool_calls")["by_tool"],
-        "launches": [(e["restart_index"], e["signaled"], e["exit_code"]) for e in exits],
-        "effects": len(ledger),
-        "completed": grade["completed"],
-        "lifecycle": [r["state"] for r in rs if r["type"] == "lifecycle"],
-        "harness_errors": [r for r in rs if r["type"] == "harness_error"],
-        "outcome": ended["outcome"],
-    }
-
-
-def test_report(run: Path) -> None:
-    """Print what was observed per config and fault (the measurement; asserted below)."""
-    for (sid, fault), rs in sorted(by_subject_and_fault(run).items()):
-        o = observed(run, rs)
-        print(sid, fault, o["calls"], o["launches"], o["effects"], o["completed"], o["lifecycle"])
+    assert grade["completed"] is completed and grade["committed_effects"] == effects
+    terminal = {t.cell_id: t for ts in terminal_records(run).values() for t in ts}
+    status = terminal[rs[0]["cell_id"]].status.value
+    assert status == ("COMPLETED" if completed else "FAILED"), status
+    items = session_items(run, rs)
+    assert told_about_submit(items) == told
+    # tracing off, nothing but the prompt as new input: one user message, the first item
+    assert [i for i in items if i.get("role") == "user"] == items[:1]
