@@ -19,6 +19,7 @@ import contextlib
 import json
 import shutil
 import sqlite3
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -264,3 +265,34 @@ def test_what_the_sdk_did(run: Path, sid: str, fault: str) -> None:
     assert told_about_submit(items) == told
     # tracing off, nothing but the prompt as new input: one user message, the first item
     assert [i for i in items if i.get("role") == "user"] == items[:1]
+
+
+def test_the_prompt_holds_no_part_of_the_answer(tmp_path: Path) -> None:
+    """The agent builds its prompt from the agent view's keys only: given today's task file
+    (which still carries the known answer), no line of either patch nor a hidden test's name
+    reaches the model; given a problem statement, that is the prompt. Run in the subject's own
+    built environment (its SDK imported as when it runs)."""
+    from runner.evaluator.protocol.subjects import UvEnvironment
+    from runner.runtime.subjectenv import ensure_built
+
+    env = ensure_built(UvEnvironment(project=PROJECT, digest=tree_digest(ROOT / PROJECT)))
+    full = subject_task(load_task(ROOT / "specs" / "swe-lite" / TASK))
+    view = {"task_id": TASK, "src": full["src"], "problem_statement": "cached() loses info"}
+    prompts = []
+    for n, task in enumerate((full, view)):
+        path = tmp_path / f"task{n}.json"
+        path.write_text(json.dumps(task))
+        code = "import json, sys, agent; print(agent.prompt(json.load(open(sys.argv[1]))))"
+        proc = subprocess.run(
+            [str(env.python), "-c", code, str(path)],
+            cwd=env.project, capture_output=True, text=True, timeout=120, check=True,
+        )  # fmt: skip
+        prompts.append(proc.stdout)
+    leaked = [
+        line
+        for line in (full["gold_patch"] + full["tests_patch"]).splitlines()
+        + list(full["fail_to_pass"])
+        if len(line.strip()) > 3 and line.strip() in prompts[0]
+    ]
+    assert not leaked and full["src"] in prompts[0] and TASK in prompts[0]
+    assert prompts[1].startswith("cached() loses info") and full["src"] in prompts[1]
