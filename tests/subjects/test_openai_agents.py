@@ -164,25 +164,36 @@ def session_items(run_dir: Path, rs: list[dict[str, Any]]) -> list[dict[str, Any
     return [json.loads(r[0]) for r in rows]
 
 
-def told_about_submit(items: list[dict[str, Any]]) -> list[str]:
-    """What each submit_patch result in the conversation said: committed / error."""
-    calls = {i["call_id"] for i in items if i.get("type") == "function_call"
-             and i.get("name") == "submit_patch"}  # fmt: skip
-    out = []
+SDK_ERROR = "An error occurred while running the tool. Please try again."  # its default text
+
+
+def told(items: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """What each submit_patch and list_effects result in the conversation said, in order:
+    committed (the destination's answer), ok, or the SDK's error text."""
+    names = {i["call_id"]: i["name"] for i in items if i.get("type") == "function_call"}
+    out: dict[str, list[str]] = {"submit_patch": [], "list_effects": []}
     for i in items:
-        if i.get("type") == "function_call_output" and i["call_id"] in calls:
-            text = json.dumps(i["output"])
-            out.append("committed" if '\\"committed\\": true' in text else "error")
+        name = names.get(i.get("call_id", ""))
+        if i.get("type") != "function_call_output" or name not in out:
+            continue
+        text = json.dumps(i["output"])
+        if SDK_ERROR in text:
+            out[name].append("error")
+        else:
+            out[name].append("committed" if '\\"committed\\": true' in text else "ok")
     return out
 
 
 BASELINE = {"model": 7, "exec": 4, "submit_patch": 1}
 # fault -> (per-tool calls, (restart index, signaled) per launch, effects in the ledger, completed,
-# what the submit results in the persisted conversation said), per config where they differ.
-Expected = tuple[dict[str, int], list[tuple[int, bool]], int, bool, list[str]]
+# what the submit's and the status check's results in the persisted conversation said), per
+# config where they differ.
+Expected = tuple[dict[str, int], list[tuple[int, bool]], int, bool, dict[str, list[str]]]
+FINE = {"submit_patch": ["committed"], "list_effects": ["ok"]}
+BROKEN = {"submit_patch": ["error"], "list_effects": ["error"]}
 SAME: dict[str, Expected] = {
     # seven model turns, one per scripted turn (no side calls), four commands, one submit
-    "none": (BASELINE, [(0, False)], 1, True, ["committed"]),
+    "none": (BASELINE, [(0, False)], 1, True, FINE),
     # Killed at the submit's effect. The relaunch resumes the session: the prompt and the four
     # finished turns (13 items); the turn that asked for the submit was in flight, so it was
     # never written, and the model is asked it again (5 + 3 model calls, no command again). The
@@ -190,40 +201,45 @@ SAME: dict[str, Expected] = {
     # the conversation.
     "sigkill-after-submit-effect": (
         {"model": 8, "exec": 4, "submit_patch": 2}, [(0, True), (1, False)], 2, True,
-        ["committed"],
+        FINE,
     ),
     # The stale-session error is the first command's result; the script goes on.
-    "restart-during-first-exec": (BASELINE, [(0, False)], 1, True, ["committed"]),
+    "restart-during-first-exec": (BASELINE, [(0, False)], 1, True, FINE),
     # The openai client retries a model call that got no answer (max_retries = 2 by default).
-    "lost-model-response": ({**BASELINE, "model": 8}, [(0, False)], 1, True, ["committed"]),
+    "lost-model-response": ({**BASELINE, "model": 8}, [(0, False)], 1, True, FINE),
     "partition-during-model-call": (
-        {**BASELINE, "model": 8}, [(0, False)], 1, True, ["committed"],
+        {**BASELINE, "model": 8}, [(0, False)], 1, True, FINE,
     ),
     # Killed while its fourth model call is answered: resumed from the three finished turns
     # (10 items), the fourth asked again: 4 + 4 model calls, no command run twice.
     "sigkill-mid-model-call": (
-        {**BASELINE, "model": 8}, [(0, True), (1, False)], 1, True, ["committed"],
+        {**BASELINE, "model": 8}, [(0, True), (1, False)], 1, True, FINE,
     ),
 }  # fmt: skip
 EXPECTED: dict[str, dict[str, Expected]] = {
     "openai-agents-retry0": {
         **SAME,
         # No MCP retry: the model is told "An error occurred while running the tool. Please
-        # try again." although the effect was committed.
-        "lost-submit-response": (BASELINE, [(0, False)], 1, True, ["error"]),
+        # try again." although the effect was committed. The SDK's one MCP session is broken
+        # for good: the read-only check that follows fails the same way (it never reconnects).
+        "lost-submit-response": (
+            BASELINE, [(0, False)], 1, True, BROKEN,
+        ),
         # The held submit is cut before it is forwarded and not retried: no effect at all.
-        "partition-during-submit": (BASELINE, [(0, False)], 0, False, ["error"]),
+        "partition-during-submit": (
+            BASELINE, [(0, False)], 0, False, BROKEN,
+        ),
     },
     "openai-agents-retry3": {
         **SAME,
         # The SDK's retry sends the submit again on a new MCP session, blindly: a second
         # effect, and the model is told only of the second ("committed").
         "lost-submit-response": (
-            {**BASELINE, "submit_patch": 2}, [(0, False)], 2, True, ["committed"],
+            {**BASELINE, "submit_patch": 2}, [(0, False)], 2, True, FINE,
         ),
         # The retry after the cut call lands the submit once.
         "partition-during-submit": (
-            {**BASELINE, "submit_patch": 2}, [(0, False)], 1, True, ["committed"],
+            {**BASELINE, "submit_patch": 2}, [(0, False)], 1, True, FINE,
         ),
     },
 }  # fmt: skip
@@ -246,7 +262,7 @@ def test_every_fault_is_witnessed(run: Path) -> None:
     ("sid", "fault"), [(s, f) for s, faults in sorted(EXPECTED.items()) for f in sorted(faults)]
 )
 def test_what_the_sdk_did(run: Path, sid: str, fault: str) -> None:
-    calls, launches, effects, completed, told = EXPECTED[sid][fault]
+    calls, launches, effects, completed, said = EXPECTED[sid][fault]
     rs = by_cell(run)[(sid, fault)]
     assert _one(rs, "tool_calls")["by_tool"] == calls
     exits = [r for r in rs if r["type"] == "subject_exit"]
@@ -262,7 +278,7 @@ def test_what_the_sdk_did(run: Path, sid: str, fault: str) -> None:
     status = terminal[rs[0]["cell_id"]].status.value
     assert status == ("COMPLETED" if completed else "FAILED"), status
     items = session_items(run, rs)
-    assert told_about_submit(items) == told
+    assert told(items) == said
     # tracing off, nothing but the prompt as new input: one user message, the first item
     assert [i for i in items if i.get("role") == "user"] == items[:1]
 
