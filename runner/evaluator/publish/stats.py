@@ -105,9 +105,14 @@ def cluster_mean_interval(
         v = _r(s.sum() / c.sum())
         return Interval(low=v, high=v, method="bootstrap_tasks", seed=seed)
 
-    def ratio(a: NDArray[np.float64], b: NDArray[np.float64], axis: int = -1) -> object:
-        tot = b.sum(axis=axis)
-        return np.divide(a.sum(axis=axis), tot, out=np.zeros_like(tot), where=tot > 0)
+    def ratio(
+        a: NDArray[np.float64], b: NDArray[np.float64], axis: int = -1
+    ) -> NDArray[np.float64]:
+        tot: NDArray[np.float64] = b.sum(axis=axis)
+        out: NDArray[np.float64] = np.divide(
+            a.sum(axis=axis), tot, out=np.zeros_like(tot), where=tot > 0
+        )
+        return out
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # degenerate resamples: scipy warns, the bounds stand
@@ -205,8 +210,9 @@ def sign_flip(diffs: Sequence[float], seed: int) -> SignFlip:
         p = _exact_sign_flip_p(d)
     else:
 
-        def mean(x: NDArray[np.float64], axis: int = -1) -> object:
-            return np.mean(x, axis=axis)
+        def mean(x: NDArray[np.float64], axis: int = -1) -> NDArray[np.float64]:
+            m: NDArray[np.float64] = np.mean(x, axis=axis)
+            return m
 
         res = stats.permutation_test(
             (d,),
