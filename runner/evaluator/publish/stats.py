@@ -68,9 +68,10 @@ class Interval(Frozen):
 
 
 def seed_from(protocol_hash: str, purpose: str) -> int:
-    """A 63-bit seed bound to the protocol and to what it is for: recorded, never drawn."""
+    """A 52-bit seed (a safe JSON integer) bound to the protocol and to what it is for:
+    recorded beside the figure it drew, never drawn at random."""
     h = hashlib.sha256(f"{protocol_hash}\0{purpose}".encode()).digest()
-    return int.from_bytes(h[:8], "big") >> 1
+    return int.from_bytes(h[:8], "big") >> 12
 
 
 def proportion_interval(k: int, n: int, confidence: float = CONFIDENCE) -> Interval | None:
