@@ -10,10 +10,24 @@ from .models import (
     PublishableScorecard,
     Ratio,
 )
+from .stats import Interval
+
+
+def ci(i: Interval | None) -> str:
+    """An interval as text: one-sided bounds say so (0/64 -> "<= 0.046")."""
+    if i is None:
+        return ""
+    if i.method == "clopper_pearson_upper":
+        return f" [<= {i.high:.3f}]"
+    if i.method == "clopper_pearson_lower":
+        return f" [>= {i.low:.3f}]"
+    return f" [{i.low:.3f}, {i.high:.3f}]"
 
 
 def _r(r: Ratio | None) -> str:
-    return "n/a" if r is None else f"{r.numerator}/{r.denominator} ({r.value:.3f})"
+    if r is None:
+        return "n/a"
+    return f"{r.numerator}/{r.denominator} ({r.value:.3f}){ci(r.interval)}"
 
 
 def _row(name: str, m: Measures) -> str:
@@ -25,11 +39,17 @@ def _row(name: str, m: Measures) -> str:
     extra = (
         "-"
         if o is None
-        else ("n/a" if o.extra_tool_calls_mean is None else f"{o.extra_tool_calls_mean.value:+.2f}")
+        else (
+            "n/a"
+            if o.extra_tool_calls_mean is None
+            else f"{o.extra_tool_calls_mean.value:+.2f}{ci(o.extra_tool_calls_mean.interval)}"
+        )
     )
     pairs = "-" if o is None else f"{o.pairs}"
     wall = (
-        "-" if o is None or o.wall_time_ratio_median is None else f"{o.wall_time_ratio_median:.2f}x"
+        "-"
+        if o is None or o.wall_time_ratio_median is None
+        else f"{o.wall_time_ratio_median:.2f}x{ci(o.wall_time_ratio_median_interval)}"
     )
     return f"| {name} | {comp} | {dups} | {share} | {extra} | {pairs} | {wall} |"
 
@@ -64,7 +84,43 @@ def scorecard_md(s: PublishableScorecard) -> str:
         _row("**all**", s.overall),
     ]
     lines += [_row(k, m) for k, m in sorted(s.strata.items())]
+    lines += [
+        "",
+        "Intervals are 95 %: exact Clopper-Pearson for rates (one-sided at 0/n and n/n), a "
+        "task-clustered bootstrap (seed recorded in the JSON) for the mean of extra tool calls, "
+        "an exact order-statistic interval over tasks for the median wall-time ratio.",
+    ]
+    lines += _retries(s) + _replicates(s)
     return "\n".join(lines) + "\n"
+
+
+def _retries(s: PublishableScorecard) -> list[str]:
+    if s.retries is None:
+        return []
+    out = [
+        "",
+        "## Decided on the first attempt vs after a retry",
+        "",
+        "| stratum | first attempt: completed / cells | after a retry: completed / cells |",
+        "|---|---|---|",
+    ]
+    for name, r in [("**all**", s.retries.overall), *sorted(s.retries.strata.items())]:
+        out.append(f"| {name} | {_r(r.first_attempt.rate)} | {_r(r.after_retry.rate)} |")
+    return out
+
+
+def _replicates(s: PublishableScorecard) -> list[str]:
+    r = s.replicates
+    if r is None:
+        return []
+    return [
+        "",
+        f"## Replicates (k = {r.replicates}, {r.groups} task x fault x seed groups)",
+        "",
+        f"- pass^k (every replicate completed without a duplicate): {_r(r.pass_all)}",
+        f"- verdict flipped across replicates: {_r(r.flipped)}; mean verdict variance "
+        f"{r.verdict_variance_mean}",
+    ]
 
 
 def _why(c: CellHistory) -> str:

@@ -54,6 +54,7 @@ from .models import (
     IncompleteEvidenceReport,
     PublishableScorecard,
 )
+from .paired import CellOutcomes, cell_outcomes
 from .render import report_md, scorecard_md
 
 RESULTS = "results"
@@ -218,6 +219,7 @@ def _render(
     markdown = "markdown" in spec.publication.outputs
     out: dict[str, SubjectResult] = {}
     cards_json: dict[str, bytes] = {}  # what the statements bind
+    outcomes: dict[str, CellOutcomes | None] = {}
     for subject, ev in subjects:
         base = f"{RESULTS}/{subject}/"
         put(base + "proof.json", _json(ev.proof))
@@ -235,6 +237,7 @@ def _render(
             )
             del ev
             put(base + CELL_SCORES_FILE, rows)
+            outcomes[subject] = cell_outcomes(rows)  # the paired tests' compact view
             del rows
             cards_json[base + "scorecard.json"] = _json(card)
             put(base + "scorecard.json", cards_json[base + "scorecard.json"])
@@ -256,12 +259,13 @@ def _render(
     published = [(f"{RESULTS}/{s}/", r.scorecard) for s, r in out.items() if r.scorecard]
     for rel, data in statements(cards_json, published, images).items():
         put(rel, data)
-    cards = [r.scorecard for r in out.values() if r.scorecard is not None]
+    eligible = [s for s, r in out.items() if r.scorecard is not None]
+    cards = [c for s in eligible if (c := out[s].scorecard) is not None]
     if len(cards) >= 2 and not gate(cards):
         # Subjects of one run share one environment record: its conformance proof is theirs,
         # named only when the rules require conformance.
         env_proof = cards[0].environment_conformance if needs_conformance(cards) else None
-        comparison = build(cards, env_proof)
+        comparison = build(cards, env_proof, [outcomes[s] for s in eligible])
         put(f"{RESULTS}/comparison.json", _json(comparison))
         if markdown:
             put(f"{RESULTS}/comparison.md", comparison_md(comparison).encode())
