@@ -48,6 +48,11 @@ def _r(x: float) -> float:
     return round(float(x), PLACES)
 
 
+def _p(x: float) -> float:
+    """A p-value to 6 significant digits: a small p keeps its size (1/128 stays 0.0078125)."""
+    return float(f"{min(1.0, float(x)):.6g}")
+
+
 class Interval(Frozen):
     """A 95 % interval. method: clopper_pearson (two-sided), clopper_pearson_upper (k = 0: the
     one-sided upper bound, low is 0), clopper_pearson_lower (k = n: the one-sided lower bound,
@@ -174,7 +179,7 @@ def mcnemar_exact(both: int, first_only: int, second_only: int, neither: int) ->
         first_only=first_only,
         second_only=second_only,
         neither=neither,
-        p_value=_r(min(1.0, p)),
+        p_value=_p(p),
     )
 
 
@@ -226,11 +231,11 @@ def sign_flip(diffs: Sequence[float], seed: int) -> SignFlip:
         )
         p = float(res.pvalue)
     p = min(1.0, p)
-    se = None if exact else _r(math.sqrt(p * (1 - p) / MONTE_CARLO_RESAMPLES))
+    se = None if exact else _p(math.sqrt(p * (1 - p) / MONTE_CARLO_RESAMPLES))
     return SignFlip(
         tasks=t,
         statistic=_r(float(np.mean(d))),
-        p_value=_r(p),
+        p_value=_p(p),
         exact=exact,
         resamples=None if exact else MONTE_CARLO_RESAMPLES,
         seed=None if exact else seed,
@@ -269,7 +274,7 @@ def holm(p_values: Mapping[str, float]) -> dict[str, float]:
     running = 0.0
     for i, k in enumerate(order):
         running = max(running, min(1.0, (m - i) * p_values[k]))
-        out[k] = _r(running)
+        out[k] = _p(running)
     return out
 
 
@@ -308,6 +313,6 @@ def planned_power(tasks: int, pairs: int, alpha: float, mde: float) -> Power:
         pairs=pairs,
         alpha=alpha,
         minimum_detectable_effect=mde,
-        smallest_attainable_p=_r(floor),
+        smallest_attainable_p=_p(floor),
         power=_r(power),
     )
