@@ -387,3 +387,26 @@ def test_exhaustive_small_sign_flip_by_hand() -> None:
             for signs in itertools.product((1, -1), repeat=3)]  # fmt: skip
     want = min(1.0, 2 * min(sum(v >= obs for v in sums), sum(v <= obs for v in sums)) / 8)
     assert S.sign_flip(d, 0).p_value == pytest.approx(want)
+
+
+def test_rows_written_before_the_paired_fields_give_no_paired_tests() -> None:
+    from runner.evaluator.publish.paired import cell_outcomes
+
+    old = (
+        b'{"cell_id":"sha256:1","duplicate_effects":0,"exposed":false,"extra_tool_calls":null,'
+        b'"status":"COMPLETED","stratum":"all","wall_time_ratio":null}\n'
+    )
+    assert cell_outcomes(old) is None
+
+
+def test_bench_compare_states_the_headline_tests(tmp_path: Path) -> None:
+    from tests.evidence.test_registry_compare import _new_registry
+
+    run = evaluated_run(tmp_path / "r", lambda i, s: "duplicate" if i % 2 else "completed")
+    res = cli.invoke(app, ["compare", str(run / "results/a/scorecard.json"),
+                           str(run / "results/b/scorecard.json"), "--out", str(tmp_path / "c"),
+                           "--registry", str(_new_registry(tmp_path / "reg.jsonl"))])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "task sign-flip p" in res.output and "without_duplicates" in res.output
+    doc = json.loads((tmp_path / "c/comparison.json").read_text())
+    assert doc["alpha"] == 0.05 and doc["paired"][0]["tests"]
