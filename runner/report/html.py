@@ -96,8 +96,6 @@ def _ci(i: Any) -> str:
         return ""
     if i.get("method") == "clopper_pearson_upper":
         return f" [≤ {i['high']:.3f}]"
-    if i.get("method") == "clopper_pearson_lower":
-        return f" [≥ {i['low']:.3f}]"
     return f" [{i['low']:.3f}, {i['high']:.3f}]"
 
 

@@ -30,16 +30,18 @@ cli = CliRunner()
 # ----------------------------------------------------------------------------- against scipy
 
 
-@pytest.mark.parametrize("k,n", [(1, 2), (3, 64), (32, 64), (63, 64), (5, 7), (1, 1000)])
+@pytest.mark.parametrize(
+    "k,n", [(1, 2), (3, 64), (32, 64), (63, 64), (64, 64), (1, 1), (5, 7), (1, 1000)]
+)
 def test_clopper_pearson_is_scipys_exact_interval(k: int, n: int) -> None:
     ci = sst.binomtest(k, n).proportion_ci(0.95, method="exact")
     got = S.proportion_interval(k, n)
     assert got is not None and got.method == "clopper_pearson"
     assert got.low == pytest.approx(ci.low, abs=1e-6)
     assert got.high == pytest.approx(ci.high, abs=1e-6)
-    # and the textbook beta-quantile form of the same interval
+    # and the textbook beta-quantile form of the same interval (1 at k = n)
     assert got.low == pytest.approx(sst.beta.ppf(0.025, k, n - k + 1), abs=1e-6)
-    assert got.high == pytest.approx(sst.beta.ppf(0.975, k + 1, n - k), abs=1e-6)
+    assert got.high == pytest.approx(1.0 if k == n else sst.beta.ppf(0.975, k + 1, n - k), abs=1e-6)
 
 
 def test_zero_count_is_the_exact_one_sided_upper_bound() -> None:
@@ -51,12 +53,12 @@ def test_zero_count_is_the_exact_one_sided_upper_bound() -> None:
         assert j is not None and j.high == pytest.approx(1 - 0.05 ** (1 / n), abs=1e-6)
 
 
-def test_full_count_mirrors_it_and_n_1_is_defined() -> None:
+def test_full_count_is_two_sided_and_n_1_is_defined() -> None:
     i = S.proportion_interval(64, 64)
-    assert i is not None and i.method == "clopper_pearson_lower"
-    assert (i.low, i.high) == (0.95427, 1.0)
+    assert i is not None and i.method == "clopper_pearson"
+    assert (i.low, i.high) == (round(0.025 ** (1 / 64), 6), 1.0)
     one = S.proportion_interval(1, 1)
-    assert one is not None and one.low == pytest.approx(0.05)
+    assert one is not None and one.low == pytest.approx(0.025)
     assert S.proportion_interval(0, 0) is None
     with pytest.raises(ValueError):
         S.proportion_interval(3, 2)
@@ -184,8 +186,6 @@ def _check_rate_interval(where: str, r: dict[str, Any]) -> None:
     assert i is not None, f"{where}: a rate without its interval"
     if k == 0:
         want = (0.0, sst.binomtest(0, n, alternative="less").proportion_ci(0.95).high)
-    elif k == n:
-        want = (sst.binomtest(n, n, alternative="greater").proportion_ci(0.95).low, 1.0)
     else:
         ci = sst.binomtest(k, n).proportion_ci(0.95, method="exact")
         want = (ci.low, ci.high)
@@ -205,7 +205,12 @@ def test_every_rate_in_a_scorecard_carries_its_exact_interval(tmp_path: Path) ->
             _check_rate_interval(where, r)
         split = card["retries"]["overall"]
         assert split["first_attempt"]["cells"] + split["after_retry"]["cells"] == 20
+        dup = card["overall"]["duplicate_effects"]
+        assert dup["duplicate_rate"]["numerator"] == dup["cells_with_duplicates"]
         assert "replicates" not in card  # no [matrix] replicates: the key is absent
+        if subject == "a":  # 0 of 16 exposed cells duplicated: at most 17 % by the exact bound
+            assert dup["duplicate_rate"]["interval"] == {"low": 0.0, "high": 0.17075,
+                "confidence": 0.95, "method": "clopper_pearson_upper", "seed": None}  # fmt: skip
         md = (run / f"results/{subject}/scorecard.md").read_text()
         assert "Decided on the first attempt" in md and "[" in md
 
@@ -230,8 +235,8 @@ def test_a_retried_cell_is_reported_apart(tmp_path: Path) -> None:
             "numerator": 1,
             "denominator": 1,
             "value": 1.0,
-            "interval": {"low": 0.05, "high": 1.0, "confidence": 0.95,
-                         "method": "clopper_pearson_lower", "seed": None},
+            "interval": {"low": 0.025, "high": 1.0, "confidence": 0.95,
+                         "method": "clopper_pearson", "seed": None},
         },
     }  # fmt: skip
     assert split["first_attempt"]["cells"] == 19

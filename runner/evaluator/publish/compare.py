@@ -178,6 +178,7 @@ def _summed(parts: list[Measures], fields: set[str]) -> Measures:
         out["duplicate_effects"] = DuplicateEffects(
             exposed_cells=exp, duplicate_effects=sum(d.duplicate_effects for d in ds),
             cells_with_duplicates=withd, share_without_duplicates=rate(exp - withd, exp),
+            duplicate_rate=rate(withd, exp),
         )  # fmt: skip
     if "recovery_overhead" in fields:
         ovs: list[RecoveryOverhead] = total(lambda m: m.recovery_overhead)

@@ -164,6 +164,15 @@ class DuplicateEffects(Frozen):
     duplicate_effects: int  # sum over exposed cells of committed - intended, where positive
     cells_with_duplicates: int
     share_without_duplicates: Ratio | None  # (exposed - with duplicates) / exposed
+    duplicate_rate: Ratio | None = Field(
+        default=None,
+        description="cells_with_duplicates / exposed_cells with its interval: at 0/n the exact "
+        "one-sided upper bound (0/64 -> at most 0.046)",
+    )
+
+    @model_serializer(mode="wrap")
+    def _absent_when_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return absent_when_none(handler(self), ("duplicate_rate",))
 
 
 class RecoveryOverhead(Frozen):

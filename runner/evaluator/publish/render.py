@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from .models import (
     CellHistory,
+    DuplicateEffects,
     IncompleteEvidenceReport,
     Measures,
     PublishableScorecard,
@@ -19,8 +20,6 @@ def ci(i: Interval | None) -> str:
         return ""
     if i.method == "clopper_pearson_upper":
         return f" [<= {i.high:.3f}]"
-    if i.method == "clopper_pearson_lower":
-        return f" [>= {i.low:.3f}]"
     return f" [{i.low:.3f}, {i.high:.3f}]"
 
 
@@ -30,11 +29,17 @@ def _r(r: Ratio | None) -> str:
     return f"{r.numerator}/{r.denominator} ({r.value:.3f}){ci(r.interval)}"
 
 
+def _dup_rate(d: DuplicateEffects) -> str:
+    """The share of exposed cells with a duplicate, with its interval (0/n: an upper bound)."""
+    r = d.duplicate_rate
+    return "" if r is None else f" (cells: {r.numerator}/{r.denominator}{ci(r.interval)})"
+
+
 def _row(name: str, m: Measures) -> str:
     """One group's row; `-` where a measure is not carried or not defined for the group."""
     c, d, o = m.completion, m.duplicate_effects, m.recovery_overhead
     comp = "-" if c is None else f"{_r(c.rate)} ({c.pre_trigger_failures})"
-    dups = "-" if d is None else f"{d.duplicate_effects} / {d.exposed_cells}"
+    dups = "-" if d is None else f"{d.duplicate_effects} / {d.exposed_cells}{_dup_rate(d)}"
     share = "-" if d is None else _r(d.share_without_duplicates)
     extra = (
         "-"
@@ -86,7 +91,7 @@ def scorecard_md(s: PublishableScorecard) -> str:
     lines += [_row(k, m) for k, m in sorted(s.strata.items())]
     lines += [
         "",
-        "Intervals are 95 %: exact Clopper-Pearson for rates (one-sided at 0/n and n/n), a "
+        "Intervals are 95 %: exact Clopper-Pearson for rates (at 0/n the one-sided upper bound), a "
         "task-clustered bootstrap (seed recorded in the JSON) for the mean of extra tool calls, "
         "an exact order-statistic interval over tasks for the median wall-time ratio.",
     ]

@@ -168,6 +168,7 @@ class Tally:
                 share_without_duplicates=rate(
                     self.exposed - self.cells_with_duplicates, self.exposed
                 ),
+                duplicate_rate=rate(self.cells_with_duplicates, self.exposed),
             )
         if "recovery_overhead" in listed:
             m["recovery_overhead"] = self.overhead(seed)

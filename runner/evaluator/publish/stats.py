@@ -1,9 +1,9 @@
 """The statistics every rate and comparison carries (issue 25), from scipy, never by hand.
 
-- A rate k/n gets its exact Clopper-Pearson 95 % interval (`scipy.stats.binomtest(...)
+- A rate k/n gets its exact two-sided Clopper-Pearson 95 % interval (`scipy.stats.binomtest(...)
   .proportion_ci(method="exact")`). At k = 0 the exact *one-sided* upper bound is given instead
-  (0/64 -> [0, 0.0457]), at k = n the one-sided lower bound, mirrored: a two-sided interval at
-  an edge wastes half its error on a side that cannot happen.
+  (0/64 -> [0, 0.0457]): no event seen, the question is only how frequent it could still be
+  (a duplicate rate, say). k = n keeps the two-sided interval (its low end is conservative).
 - The mean of extra tool calls gets a task-clustered percentile bootstrap interval
   (`scipy.stats.bootstrap`, tasks resampled with their cells, so cells of one task never count
   as independent). Its seed is derived from the protocol hash and recorded beside the interval:
@@ -56,9 +56,9 @@ def _p(x: float) -> float:
 
 class Interval(Frozen):
     """A 95 % interval. method: clopper_pearson (two-sided), clopper_pearson_upper (k = 0: the
-    one-sided upper bound, low is 0), clopper_pearson_lower (k = n: the one-sided lower bound,
-    high is 1), bootstrap_tasks (task-clustered percentile bootstrap, `seed` recorded),
-    order_statistic_tasks (exact distribution-free interval for the median task)."""
+    one-sided upper bound, low is 0), bootstrap_tasks (task-clustered percentile bootstrap,
+    `seed` recorded), order_statistic_tasks (exact distribution-free interval for the median
+    task)."""
 
     low: float
     high: float
@@ -66,7 +66,6 @@ class Interval(Frozen):
     method: Literal[
         "clopper_pearson",
         "clopper_pearson_upper",
-        "clopper_pearson_lower",
         "bootstrap_tasks",
         "order_statistic_tasks",
     ]
@@ -89,9 +88,6 @@ def proportion_interval(k: int, n: int, confidence: float = CONFIDENCE) -> Inter
     if k == 0:
         ci = stats.binomtest(0, n, alternative="less").proportion_ci(confidence, method="exact")
         return Interval(low=0.0, high=_r(ci.high), method="clopper_pearson_upper")
-    if k == n:
-        ci = stats.binomtest(n, n, alternative="greater").proportion_ci(confidence, method="exact")
-        return Interval(low=_r(ci.low), high=1.0, method="clopper_pearson_lower")
     ci = stats.binomtest(k, n).proportion_ci(confidence, method="exact")
     # Rounding may move a bound past the 6-place point estimate by < 1e-6: keep it inside.
     p = round(k / n, PLACES)
