@@ -220,6 +220,7 @@ def _render(
     out: dict[str, SubjectResult] = {}
     cards_json: dict[str, bytes] = {}  # what the statements bind
     outcomes: dict[str, CellOutcomes | None] = {}
+    paired = len(rp.identities.subject_config_hashes) > 1
     for subject, ev in subjects:
         base = f"{RESULTS}/{subject}/"
         put(base + "proof.json", _json(ev.proof))
@@ -237,7 +238,8 @@ def _render(
             )
             del ev
             put(base + CELL_SCORES_FILE, rows)
-            outcomes[subject] = cell_outcomes(rows)  # the paired tests' compact view
+            if paired:  # the paired tests' compact view, only where a comparison can be
+                outcomes[subject] = cell_outcomes(rows)
             del rows
             cards_json[base + "scorecard.json"] = _json(card)
             put(base + "scorecard.json", cards_json[base + "scorecard.json"])
@@ -265,7 +267,7 @@ def _render(
         # Subjects of one run share one environment record: its conformance proof is theirs,
         # named only when the rules require conformance.
         env_proof = cards[0].environment_conformance if needs_conformance(cards) else None
-        comparison = build(cards, env_proof, [outcomes[s] for s in eligible])
+        comparison = build(cards, env_proof, [outcomes.get(s) for s in eligible])
         put(f"{RESULTS}/comparison.json", _json(comparison))
         if markdown:
             put(f"{RESULTS}/comparison.md", comparison_md(comparison).encode())
