@@ -178,6 +178,7 @@ def build_scorecard(
     rows: list[bytes] = []
     scorers: set[str] = set()
     groups: dict[tuple[str, str, int], list[bool]] = defaultdict(list)  # replicate verdicts
+    replicated = any(s.replicate for s in slots)  # held only for [matrix] replicates > 1
     for line in ev.terminal_lines():
         t = parse_line(line)
         if t["status"] is None:
@@ -215,9 +216,10 @@ def build_scorecard(
         )
         overall.add(status, faulted, dup, extra, wall, s.task_id, attempts)
         by_stratum[t["stratum"]].add(status, faulted, dup, extra, wall, s.task_id, attempts)
-        groups[(s.task_id, s.schedule.fault_id, s.seed)].append(
-            status is Status.COMPLETED and dup == 0
-        )
+        if replicated:
+            groups[(s.task_id, s.schedule.fault_id, s.seed)].append(
+                status is Status.COMPLETED and dup == 0
+            )
         if t["scorer_version"]:
             scorers.add(t["scorer_version"])
     data, scores_file = rows_file(CELL_SCORES_FILE, rows)
