@@ -266,6 +266,9 @@ def test_comparison_carries_paired_tests(tmp_path: Path) -> None:
     # per task mean difference: 1, 1, 0, 0 -> exact sign-flip p = 2 * 1/4 = 0.5
     assert dup.sign_flip.exact and dup.sign_flip.p_value == 0.5
     assert dup.decision == "no_difference_shown"  # never "better" without its test
+    extra = by[("extra_tool_calls", "all")]  # same calls everywhere: no difference at all
+    assert extra.mcnemar is None and extra.first_rate is None and extra.pairs == 16
+    assert extra.difference == 0 and extra.sign_flip.p_value == 1.0
     strata = [t for t in pc.tests if t.measure == "without_duplicates" and t.stratum != "all"]
     assert strata and all(t.holm_p_value is not None for t in strata)
     assert all(t.holm_p_value >= t.sign_flip.p_value for t in strata)  # type: ignore[operator]
@@ -274,6 +277,19 @@ def test_comparison_carries_paired_tests(tmp_path: Path) -> None:
     assert written["paired"] == json.loads(comparison.model_dump_json())["paired"]
     md = (run / "results/comparison.md").read_text()
     assert "sign-flip" in md and "no difference shown" in md and "better" not in md
+
+
+def test_paired_extra_tool_calls_is_the_mean_difference(tmp_path: Path) -> None:
+    r = Run(tmp_path / "r")
+    r.fill("a", lambda i, s: ("completed", 8 if s.schedule.kind == "none" else 11))
+    r.fill("b", lambda i, s: ("completed", 8 if s.schedule.kind == "none" else 9))
+    _, _, files = derive(r.run_dir, evaluator_digest())
+    doc = json.loads(files["results/comparison.json"])
+    [t] = [t for t in doc["paired"][0]["tests"]
+           if (t["measure"], t["stratum"]) == ("extra_tool_calls", "all")]  # fmt: skip
+    assert t["pairs"] == 16 and t["difference"] == 2.0 and t["mcnemar"] is None
+    # every one of 4 tasks +2: the smallest p 4 tasks allow, 2/16, so not shown at 0.05
+    assert t["sign_flip"]["p_value"] == 0.125 and t["decision"] == "no_difference_shown"
 
 
 def test_paired_tests_need_the_rows_they_bind(tmp_path: Path) -> None:

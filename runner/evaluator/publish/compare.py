@@ -314,7 +314,9 @@ def _paired_md(c: Comparison) -> list[str]:
             "",
             "Pairs share task, fault, seed and replicate. Headline: the task-clustered sign-flip "
             "test (strata: Holm-adjusted within a measure); McNemar on the discordant pairs; "
-            "difference = first - second with its task-clustered bootstrap interval.",
+            "difference = first - second with its task-clustered bootstrap interval (for "
+            "extra_tool_calls: the mean difference in extra tool calls of pairs recovered in "
+            "both; higher there means more calls).",
             "",
             "| measure | stratum | pairs | tasks | both / first only / second only / neither "
             "| McNemar p | difference | sign-flip p | Holm p | at alpha |",
@@ -322,6 +324,10 @@ def _paired_md(c: Comparison) -> list[str]:
         ]
         for t in pc.tests:
             m, sf = t.mcnemar, t.sign_flip
+            table = (
+                "-" if m is None else f"{m.both} / {m.first_only} / {m.second_only} / {m.neither}"
+            )
+            mcnemar_p = "-" if m is None else f"{m.p_value:.4g}"
             diff = "n/a" if t.difference is None else f"{t.difference:+.3f}"
             iv = t.difference_interval
             if iv is not None:
@@ -331,7 +337,6 @@ def _paired_md(c: Comparison) -> list[str]:
             said = _DECISION[t.decision].format(a=pc.first, b=pc.second)
             out.append(
                 f"| {t.measure} | {t.stratum} | {t.pairs} | {t.tasks} | "
-                f"{m.both} / {m.first_only} / {m.second_only} / {m.neither} | "
-                f"{m.p_value:.4g} | {diff} | {sf.p_value:.4g} ({how}) | {holm_p} | {said} |"
+                f"{table} | {mcnemar_p} | {diff} | {sf.p_value:.4g} ({how}) | {holm_p} | {said} |"
             )
     return out

@@ -7,8 +7,10 @@ not independent), the rate difference with its task-clustered bootstrap interval
 strata of one measure, Holm's adjustment. These are reported; they never admit or refuse a
 comparison (the gate in compare.py does that, as before).
 
-Measures compared: `completion` (every pair: the cell COMPLETED) and `without_duplicates` (pairs
-exposed in both subjects: the cell had no duplicate effect). Overhead is not a paired rate.
+Measures compared: `completion` (every pair: the cell COMPLETED), `without_duplicates` (pairs
+exposed in both subjects: the cell had no duplicate effect) and `extra_tool_calls` (pairs
+recovered with their baseline in both subjects: the difference in extra tool calls; no 2x2
+table, so no McNemar, and no rates).
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ from .stats import (
     sign_flip,
 )
 
-PairedMeasure = Literal["completion", "without_duplicates"]
-MEASURES: tuple[PairedMeasure, ...] = ("completion", "without_duplicates")
+PairedMeasure = Literal["completion", "without_duplicates", "extra_tool_calls"]
+MEASURES: tuple[PairedMeasure, ...] = ("completion", "without_duplicates", "extra_tool_calls")
 OVERALL = "all"
 _COMPLETED, _EXPOSED, _NO_DUP = 1, 2, 4
 
@@ -45,11 +47,11 @@ class PairedTest(Frozen):
     stratum: str  # "all": every comparable stratum together
     pairs: int
     tasks: int
-    first_rate: Ratio | None
+    first_rate: Ratio | None  # None for extra_tool_calls (not a rate)
     second_rate: Ratio | None
-    difference: float | None  # first rate - second rate over the pairs
+    difference: float | None  # first - second over the pairs (a rate's, or the mean's)
     difference_interval: Interval | None  # task-clustered bootstrap, seed recorded
-    mcnemar: McNemar
+    mcnemar: McNemar | None  # None for extra_tool_calls
     sign_flip: SignFlip
     holm_p_value: float | None  # the sign-flip p adjusted across this measure's strata
     decision: Literal["first_higher", "second_higher", "no_difference_shown"]
@@ -62,7 +64,8 @@ class PairedComparison(Frozen):
     tests: list[PairedTest]
 
 
-CellOutcomes = dict[str, tuple[str, str, int]]  # slot_id -> (task_id, stratum, flags)
+# slot_id -> (task_id, stratum, flags, extra tool calls or None)
+CellOutcomes = dict[str, tuple[str, str, int, int | None]]
 
 
 def cell_outcomes(rows: bytes) -> CellOutcomes | None:
@@ -80,38 +83,43 @@ def cell_outcomes(rows: bytes) -> CellOutcomes | None:
             | (_EXPOSED if r["exposed"] else 0)
             | (_NO_DUP if r["duplicate_effects"] == 0 else 0)
         )
-        out[r["slot_id"]] = (r["task_id"], r["stratum"], flags)
+        out[r["slot_id"]] = (r["task_id"], r["stratum"], flags, r["extra_tool_calls"])
     return out
 
 
 def _test(
     measure: PairedMeasure,
     stratum: str,
-    pairs: list[tuple[str, bool, bool]],
+    pairs: list[tuple[str, int, int]],
     seed: int,
 ) -> PairedTest:
-    """`pairs`: (task, first outcome, second outcome)."""
-    both = sum(a and b for _, a, b in pairs)
-    first_only = sum(a and not b for _, a, b in pairs)
-    second_only = sum(b and not a for _, a, b in pairs)
+    """`pairs`: (task, first value, second value): 0/1 outcomes, or extra tool calls."""
     n = len(pairs)
     by_task: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for task, a, b in pairs:
-        by_task[task][0] += int(a) - int(b)
+        by_task[task][0] += a - b
         by_task[task][1] += 1
     tasks = sorted(by_task)
     sums = [by_task[t][0] for t in tasks]
     counts = [by_task[t][1] for t in tasks]
+    table = first = second = None
+    if measure != "extra_tool_calls":
+        both = sum(a and b for _, a, b in pairs)
+        first_only = sum(a and not b for _, a, b in pairs)
+        second_only = sum(b and not a for _, a, b in pairs)
+        neither = n - both - first_only - second_only
+        table = mcnemar_exact(both, first_only, second_only, neither)
+        first, second = rate(both + first_only, n), rate(both + second_only, n)
     return PairedTest(
         measure=measure,
         stratum=stratum,
         pairs=n,
         tasks=len(tasks),
-        first_rate=rate(both + first_only, n),
-        second_rate=rate(both + second_only, n),
-        difference=round((first_only - second_only) / n, 6) if n else None,
+        first_rate=first,
+        second_rate=second,
+        difference=round(sum(sums) / n, 6) if n else None,
         difference_interval=cluster_mean_interval(sums, counts, seed) if n else None,
-        mcnemar=mcnemar_exact(both, first_only, second_only, n - both - first_only - second_only),
+        mcnemar=table,
         sign_flip=sign_flip([s / c for s, c in zip(sums, counts, strict=True)], seed),
         holm_p_value=None,
         decision="no_difference_shown",
@@ -141,18 +149,22 @@ def compare_pair(
     left_out = set(blocked)
     tests: list[PairedTest] = []
     for measure in MEASURES:
-        per: dict[str, list[tuple[str, bool, bool]]] = defaultdict(list)
-        for slot, (task, stratum, fa) in sorted(a.items()):
+        per: dict[str, list[tuple[str, int, int]]] = defaultdict(list)
+        for slot, (task, stratum, fa, xa) in sorted(a.items()):
             other = b.get(slot)
             if other is None or stratum in left_out:
                 continue
-            fb = other[2]
-            if measure == "without_duplicates":
+            fb, xb = other[2], other[3]
+            if measure == "extra_tool_calls":
+                if xa is None or xb is None:  # recovered with a baseline, in both subjects
+                    continue
+                pair = (task, xa, xb)
+            elif measure == "without_duplicates":
                 if not (fa & _EXPOSED and fb & _EXPOSED):
                     continue
-                pair = (task, bool(fa & _NO_DUP), bool(fb & _NO_DUP))
+                pair = (task, int(bool(fa & _NO_DUP)), int(bool(fb & _NO_DUP)))
             else:
-                pair = (task, bool(fa & _COMPLETED), bool(fb & _COMPLETED))
+                pair = (task, int(bool(fa & _COMPLETED)), int(bool(fb & _COMPLETED)))
             per[stratum].append(pair)
             per[OVERALL].append(pair)
 
