@@ -431,3 +431,27 @@ def test_bench_compare_states_the_headline_tests(tmp_path: Path) -> None:
     assert "task sign-flip p" in res.output and "without_duplicates" in res.output
     doc = json.loads((tmp_path / "c/comparison.json").read_text())
     assert doc["alpha"] == 0.05 and doc["paired"][0]["tests"]
+
+
+def test_regrade_brings_a_published_bundle_to_the_new_form(tmp_path: Path) -> None:
+    """The newest published bundle predates issue 25: regraded, every rate has its interval,
+    each card links the old one by derived_from, and the comparison has its paired tests."""
+    from runner.evaluator.core.canonical import fast_digest
+    from runner.evaluator.publish.regrade import regrade
+
+    published = Path(__file__).resolve().parents[2] / "vectors" / "published"
+    bundle = published / "swe-lite-agents-20261201T225113Z-e4c56d"
+    old_card = json.loads(next(bundle.glob("results/*/scorecard.json")).read_text())
+    assert not any("interval" in r for _, r in _rates(old_card))  # the old form
+    done = regrade(bundle, tmp_path / "new", evaluator_digest())
+    for subject, result in done.results.items():
+        card = result.scorecard
+        assert card is not None and card.derived_from == done.derived_from[subject]
+        old = json.loads((bundle / f"results/{subject}/scorecard.json").read_text())
+        assert card.derived_from == fast_digest(old)
+        doc = json.loads((tmp_path / f"new/results/{subject}/scorecard.json").read_text())
+        for where, r in _rates(doc):
+            if not where.endswith("extra_tool_calls_mean"):
+                _check_rate_interval(where, r)
+    comparison = json.loads((tmp_path / "new/results/comparison.json").read_text())
+    assert comparison["paired"] and comparison["alpha"] == 0.05
