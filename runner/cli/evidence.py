@@ -148,6 +148,17 @@ def compare(
     (out_dir / "comparison.json").write_bytes(canonical_bytes(data) + b"\n")
     (out_dir / "comparison.md").write_text(comparison_md(comparison))
     out.print(f"comparison {comparison.comparison_hash} written to {out_dir}")
+    for pc in comparison.paired or []:  # the headline tests; details in comparison.md
+        for t in (t for t in pc.tests if t.stratum == "all"):
+            said = {"first_higher": f"{pc.first} higher", "second_higher": f"{pc.second} higher"}
+            out.print(
+                f"  {pc.first} vs {pc.second}, {t.measure}: difference {t.difference}, "
+                f"task sign-flip p = {t.sign_flip.p_value} ({t.tasks} tasks): "
+                f"{said.get(t.decision, 'no difference shown')} at alpha {pc.alpha}",
+                markup=False,
+            )
+    if comparison.paired is None:
+        out.print("  no paired tests: a scorecard's cell rows are missing or predate them")
 
 
 registry_app = typer.Typer(help="The append-only result registry.", no_args_is_help=True)

@@ -6,7 +6,7 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -23,8 +23,10 @@ from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.inputs import project_root
 from runner.evaluator.protocol import freeze as freezing
 from runner.evaluator.protocol.identities import compute
-from runner.evaluator.protocol.matrix import resolve
+from runner.evaluator.protocol.matrix import ResolvedMatrix, resolve
+from runner.evaluator.protocol.spec import Spec
 from runner.evaluator.protocol.specload import load_spec
+from runner.evaluator.publish.stats import DEFAULT_ALPHA, DEFAULT_MDE, planned_power
 from runner.evaluator.schemas import write_schemas
 
 SpecArg = Annotated[Path, typer.Argument(help="a spec file (TOML)")]
@@ -79,6 +81,7 @@ def plan(spec: SpecArg, json_out: Annotated[bool, typer.Option("--json")] = Fals
 
     state, _ = freezing.status(spec, ids, anchor())  # the log against its signed head
     strata = Counter(slot.stratum for slot in m.slots)
+    power = planned_powers(s, m)
     if json_out:
         doc = {
             "protocol_hash": ids.protocol_hash,
@@ -90,6 +93,7 @@ def plan(spec: SpecArg, json_out: Annotated[bool, typer.Option("--json")] = Fals
             "identities": ids.model_dump(mode="json"),
             "strata": {k: v * len(m.subjects) for k, v in sorted(strata.items())},
             "subjects": dict(sorted(m.subjects.items())),
+            "power": power,
         }
         sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
         return
@@ -106,6 +110,62 @@ def plan(spec: SpecArg, json_out: Annotated[bool, typer.Option("--json")] = Fals
                 out.print(f"  subject_config_hash[{sub}] {h}", markup=False)
         else:
             out.print(f"  {name:<24} {value}")
+    _print_power(power)
+
+
+def planned_powers(s: Spec, m: ResolvedMatrix) -> dict[str, Any]:
+    """The preregistered power of every planned paired comparison (issue 25): each pair of
+    subjects, overall and per stratum, from its tasks and pairs (slots, replicates included),
+    at [comparison] alpha and minimum_detectable_effect (publish/stats.planned_power)."""
+    alpha = s.comparison.alpha or DEFAULT_ALPHA
+    mde = s.comparison.minimum_detectable_effect or DEFAULT_MDE
+    groups: dict[str, list[str]] = {"all": []}
+    for slot in m.slots:
+        groups["all"].append(slot.task_id)
+        groups.setdefault(slot.stratum, []).append(slot.task_id)
+    n = len(m.subjects)
+    rows = []
+    for stratum, tasks in sorted(groups.items(), key=lambda kv: (kv[0] != "all", kv[0])):
+        p = planned_power(len(set(tasks)), len(tasks), alpha, mde)
+        rows.append({"stratum": stratum, **p.model_dump(mode="json")})
+    return {
+        "alpha": alpha,
+        "minimum_detectable_effect": mde,
+        "replicates": s.matrix.replicates or 1,
+        "subject_pairs": n * (n - 1) // 2,
+        "comparisons": rows if n > 1 else [],
+        "below_80_percent": sorted(r["stratum"] for r in rows if r["power"] < 0.8) if n > 1 else [],
+    }
+
+
+def _print_power(power: dict[str, Any]) -> None:
+    if not power["comparisons"]:
+        out.print("power: one subject, no comparison planned")
+        return
+    table = Table(
+        title=f"power of each planned paired comparison ({power['subject_pairs']} subject "
+        f"pair(s); alpha {power['alpha']}, minimum detectable effect "
+        f"{power['minimum_detectable_effect']}, replicates {power['replicates']})"
+    )
+    for col in ("stratum", "tasks", "pairs", "smallest p", "power"):
+        if col == "stratum":
+            table.add_column(col, overflow="fold")
+        else:
+            table.add_column(col, justify="right")
+    for r in power["comparisons"]:
+        table.add_row(
+            r["stratum"], str(r["tasks"]), str(r["pairs"]),
+            f"{r['smallest_attainable_p']:.3g}", f"{r['power']:.0%}",
+        )  # fmt: skip
+    out.print(table)
+    if power["below_80_percent"]:
+        out.print(
+            f"[yellow]warning:[/] power below 80 % in {len(power['below_80_percent'])} planned "
+            "comparison(s): "
+            + ", ".join(power["below_80_percent"])
+            + " (more tasks, replicates or a larger minimum_detectable_effect)",
+            markup=True,
+        )
 
 
 @app.command()

@@ -97,11 +97,20 @@ def _measures(s: SubjectView) -> list[tuple[str, Any]]:
     return [("overall", doc["overall"]), *sorted(doc.get("strata", {}).items())]
 
 
+def _ci(i: Any) -> str:
+    """An interval (publish/stats.Interval as JSON) as text; one-sided bounds say so."""
+    if not isinstance(i, dict):
+        return ""
+    if i.get("method") == "clopper_pearson_upper":
+        return f" [≤ {i['high']:.3f}]"
+    return f" [{i['low']:.3f}, {i['high']:.3f}]"
+
+
 def _rate(r: Any) -> str:
     if r is None:
         return "n/a"
     if isinstance(r, dict):
-        return f"{r['numerator']}/{r['denominator']} ({r['value']})"
+        return f"{r['numerator']}/{r['denominator']} ({r['value']}){_ci(r.get('interval'))}"
     return str(r)
 
 
@@ -130,6 +139,7 @@ def stream_html(view: RunView) -> Iterator[str]:
     env.filters["rate"] = _rate
     env.filters["lastline"] = _last_line
     env.filters["num"] = _num
+    env.filters["ci"] = _ci
     css = (TEMPLATES / "report.css").read_text()
     js = (TEMPLATES / "report.js").read_text()
     csp = (

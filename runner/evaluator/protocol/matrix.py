@@ -11,6 +11,8 @@ import hashlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from pydantic import SerializerFunctionWrapHandler, model_serializer
+
 from runner.evaluator.core.canonical import canonical_bytes, digest
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.types import Frozen
@@ -35,6 +37,14 @@ class Slot(Frozen):
     seed: int
     schedule: Schedule
     stratum: str
+    replicate: int = 0  # [matrix] replicates: 0 .. k-1; 0 is absent from the dump (old slots)
+
+    @model_serializer(mode="wrap")
+    def _replicate_when_repeated(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if not data.get("replicate"):
+            data.pop("replicate", None)
+        return data
 
 
 class Cell(Frozen):
@@ -84,7 +94,10 @@ def _applies(fault: Fault, task_set: str, bucket: str) -> bool:
 
 
 def iter_slots(spec: Spec) -> Iterator[Slot]:
-    """Slots in a fixed order: task id, then fault id ('none' first), then seed."""
+    """Slots in a fixed order: task id, then fault id ('none' first), then seed, then replicate.
+
+    Replicate r > 0 of a slot is its own slot (its id binds r) with the same schedule and
+    tie-break; replicate 0 is the slot as it was before replicates existed."""
     injected: list[Fault] = sorted(spec.faults, key=lambda f: f.id)
     faults: list[Fault | None] = [None] if spec.matrix.baseline else []
     faults.extend(injected)
@@ -96,8 +109,12 @@ def iter_slots(spec: Spec) -> Iterator[Slot]:
                 continue
             fault_id = NO_FAULT if fault is None else fault.id
             content = _schedule_content(fault)
-            for seed in spec.matrix.seeds:
+            for seed, rep in (
+                (seed, r) for seed in spec.matrix.seeds for r in range(spec.matrix.replicates or 1)
+            ):
                 body = {"task": task_id, "task_set": task_set.id, "seed": seed, **content}
+                if rep:
+                    body["replicate"] = rep
                 slot_id = digest(body)
                 if slot_id in seen:
                     raise InputError(
@@ -120,6 +137,7 @@ def iter_slots(spec: Spec) -> Iterator[Slot]:
                         tie_break=_tie_break(seed, task_id, fault_id),
                     ),
                     stratum=stratum_key(dims, content["kind"], task.bucket, fault_id),
+                    replicate=rep,
                 )
 
 
@@ -207,6 +225,8 @@ def matrix_hash(spec: Spec, slots: list[Slot]) -> str:
             "baseline": spec.matrix.baseline,
             "attempt_cap": spec.attempts.cap,
             "slots": sorted(s.slot_id for s in slots),
+            # only when repeated: a spec without replicates keeps its matrix hash
+            **({"replicates": spec.matrix.replicates} if (spec.matrix.replicates or 1) > 1 else {}),
         }
     )
 

@@ -223,6 +223,8 @@ def consistency_problems(rp: RunProtocol) -> list[str]:
             "trigger": slot.schedule.trigger,
             "parameters": slot.schedule.parameters,
         }
+        if slot.replicate:  # matrix.iter_slots: replicate r > 0 is bound into its slot id
+            body["replicate"] = slot.replicate
         if fast_digest(body) != slot.slot_id:
             problems.append(f"slot {slot.slot_id} does not match its content")
             break

@@ -14,7 +14,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from runner.evaluator.core.canonical import MAX_SAFE_INTEGER, canonical_bytes
 from runner.evaluator.core.types import RETRYABLE, Lax, Phase, Status, StrictFrozen
@@ -209,11 +217,33 @@ class Comparison(StrictFrozen):
     )
     require_distinct_subjects: bool = True
     require_environment_conformance: bool = True
+    # Preregistered statistics (issue 25): reported and used for `bench plan`'s power, never to
+    # admit a comparison. Absent -> stats.DEFAULT_ALPHA / DEFAULT_MDE, and left out of every
+    # dump, so a spec without them hashes exactly as before they existed.
+    alpha: float | None = Field(
+        default=None, gt=0, le=0.5, description="two-sided significance level; default 0.05"
+    )
+    minimum_detectable_effect: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="the difference in a rate the plan must detect; default 0.2",
+    )
 
     @field_validator("require_equal")
     @classmethod
     def _set(cls, v: list[str]) -> list[str]:
         return _unique_sorted(v, "field")
+
+    @model_serializer(mode="wrap")
+    def _absent_when_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _drop_none(handler(self), ("alpha", "minimum_detectable_effect"))
+
+
+def _drop_none(data: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """A key added after specs were frozen, left unset, is absent from the dump (and so from
+    every hash), as if the key did not exist."""
+    return {k: v for k, v in data.items() if not (k in keys and v is None)}
 
 
 _DEFAULT_OUTPUTS: tuple[Literal["json", "markdown"], ...] = ("json", "markdown")
@@ -339,11 +369,21 @@ class Factor(StrictFrozen):
 class MatrixSection(StrictFrozen):
     baseline: bool = Field(default=True, description="include fault 'none' cells for overhead")
     seeds: list[SafeInt] = Field(min_length=1, description="set")
+    replicates: int | None = Field(
+        default=None,
+        ge=1,
+        le=100,
+        description="runs of every cell (own slots, same schedule); absent = 1",
+    )
 
     @field_validator("seeds")
     @classmethod
     def _seeds_set(cls, v: list[int]) -> list[int]:
         return _unique_sorted(v, "seed")
+
+    @model_serializer(mode="wrap")
+    def _absent_when_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _drop_none(handler(self), ("replicates",))
 
 
 class Spec(StrictFrozen):

@@ -7,6 +7,7 @@ lines are the ones the proof commits to.
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from collections.abc import Collection, Iterable
 from typing import Any, Literal
@@ -27,10 +28,13 @@ from .models import (
     CellHistory,
     IncompleteEvidenceReport,
     PublishableScorecard,
+    ReplicateSummary,
+    Retries,
     StratumEvidence,
 )
 from .rows import parse_line, row_bytes, rows_file
-from .scoring import Tally, exposed, recovered
+from .scoring import Tally, exposed, rate, recovered
+from .stats import seed_from
 from .truthfulness import TruthSource, TruthTally, build_truthfulness, terminal_attempt
 
 ALL_MEASURES = ("completion", "duplicate_effects", "recovery_overhead")
@@ -162,7 +166,7 @@ def build_scorecard(
     _matches_proof(ev)
     index = {s.slot_id: s for s in slots}
     none = NO_FAULT
-    baselines: dict[tuple[str, int], tuple[int | None, str | None]] = {}
+    baselines: dict[tuple[str, int, int], tuple[int | None, str | None]] = {}
     for line in ev.terminal_lines():
         # Only baseline cells matter here. In a canonical TerminalRecord line these bytes occur
         # exactly when its kind is "none": a quote inside a string is always escaped, and only
@@ -172,13 +176,15 @@ def build_scorecard(
         t = parse_line(line)
         if t["kind"] == none and t["status"] == Status.COMPLETED:
             s = index[t["slot_id"]]
-            baselines[(s.task_id, s.seed)] = (t["tool_calls"], t["wall_ns"])
+            baselines[(s.task_id, s.seed, s.replicate)] = (t["tool_calls"], t["wall_ns"])
     overall = Tally()
     by_stratum: dict[str, Tally] = defaultdict(Tally)
     told_all = TruthTally()
     told_by: dict[str, TruthTally] = defaultdict(TruthTally)
     rows: list[bytes] = []
     scorers: set[str] = set()
+    groups: dict[tuple[str, str, int], list[bool]] = defaultdict(list)  # replicate verdicts
+    replicated = any(s.replicate for s in slots)  # held only for [matrix] replicates > 1
     for line in ev.terminal_lines():
         t = parse_line(line)
         if t["status"] is None:
@@ -186,9 +192,9 @@ def build_scorecard(
         status = _STATUS[t["status"]]
         faulted = t["kind"] != none
         extra = wall = None
+        s = index[t["slot_id"]]
         if recovered(status, faulted):  # overhead is defined on recovered cells only
-            s = index[t["slot_id"]]
-            base = baselines.get((s.task_id, s.seed))
+            base = baselines.get((s.task_id, s.seed, s.replicate))
             if base is not None:
                 calls, base_calls = t["tool_calls"], base[0]
                 if calls is not None and base_calls is not None:
@@ -197,21 +203,29 @@ def build_scorecard(
                 if wall_ns and base_ns and int(base_ns) > 0:
                     wall = round(int(wall_ns) / int(base_ns), 4)
         dup = max(0, (t["committed_effects"] or 0) - (t["intended_effects"] or 0))
+        attempts = len(t["attempts"])
         rows.append(
             row_bytes(
                 {  # members in sorted key order (see row_bytes)
+                    "attempts": attempts,
                     "cell_id": t["cell_id"],
                     "duplicate_effects": dup,
                     "exposed": exposed(status, faulted),
                     "extra_tool_calls": extra,
+                    "slot_id": t["slot_id"],
                     "status": status.value,
                     "stratum": t["stratum"],
+                    "task_id": s.task_id,
                     "wall_time_ratio": wall,
                 }
             )
         )
-        overall.add(status, faulted, dup, extra, wall)
-        by_stratum[t["stratum"]].add(status, faulted, dup, extra, wall)
+        overall.add(status, faulted, dup, extra, wall, s.task_id, attempts)
+        by_stratum[t["stratum"]].add(status, faulted, dup, extra, wall, s.task_id, attempts)
+        if replicated:
+            groups[(s.task_id, s.schedule.fault_id, s.seed)].append(
+                status is Status.COMPLETED and dup == 0
+            )
         if truth is not None:
             told_by[t["stratum"]]  # every stratum is listed, with or without findings
             if truth.needs(index[t["slot_id"]].schedule.trigger, status, faulted, dup):
@@ -224,6 +238,10 @@ def build_scorecard(
             scorers.add(t["scorer_version"])
     data, scores_file = rows_file(CELL_SCORES_FILE, rows)
     del rows
+
+    def seed(group: str) -> int:
+        return seed_from(p.protocol_hash, f"extra_tool_calls_mean:{group}")
+
     return PublishableScorecard(
         subject_id=p.subject_id,
         subject_config_hash=p.subject_config_hash,
@@ -241,12 +259,36 @@ def build_scorecard(
         measures=sorted(set(measures)),
         comparison_rules=comparison or ComparisonRules(),
         scenario_mismatch_strata=p.scenario_mismatch_strata,
-        overall=overall.measures(measures),
-        strata={k: m.measures(measures) for k, m in sorted(by_stratum.items())},
+        overall=overall.measures(measures, seed("overall")),
+        strata={k: m.measures(measures, seed(k)) for k, m in sorted(by_stratum.items())},
         cell_scores=scores_file,
         derived_from=derived_from,
         truthfulness=None
         if truth is None
         else build_truthfulness(told_all, told_by, truth.model, truth.policy),
         subject_role=role,
+        retries=Retries(
+            overall=overall.retry_split(),
+            strata={k: m.retry_split() for k, m in sorted(by_stratum.items())},
+        ),
+        replicates=replicate_summary(groups),
     ), data
+
+
+def replicate_summary(groups: dict[tuple[str, str, int], list[bool]]) -> ReplicateSummary | None:
+    """pass^k, flips and verdict variance over (task, fault, seed) groups; None when no group
+    was run more than once (no [matrix] replicates)."""
+    k = max((len(v) for v in groups.values()), default=0)
+    if k <= 1:
+        return None
+    n = len(groups)
+    passed = sum(all(v) for v in groups.values())
+    flipped = sum(len(set(v)) > 1 for v in groups.values())
+    variance = sum(statistics.pvariance([float(x) for x in v]) for v in groups.values()) / n
+    return ReplicateSummary(
+        replicates=k,
+        groups=n,
+        pass_all=rate(passed, n),
+        flipped=rate(flipped, n),
+        verdict_variance_mean=round(variance, 6),
+    )

@@ -10,6 +10,7 @@ comparable strata only (its wall-time median, which does not sum, is left out)."
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
@@ -22,6 +23,7 @@ from pydantic import (
     model_serializer,
 )
 
+from runner.evaluator.core.bounded import RESULT_FILE_CAP, read_bounded
 from runner.evaluator.core.canonical import digest
 from runner.evaluator.core.errors import EvidenceError
 from runner.evaluator.core.types import Frozen
@@ -35,8 +37,12 @@ from .models import (
     PublishableScorecard,
     RecoveryOverhead,
     Truthfulness,
+    absent_when_none,
 )
-from .scoring import ratio
+from .paired import CellOutcomes, PairedComparison, cell_outcomes, compare_pair
+from .render import ci
+from .scoring import rate, ratio
+from .stats import DEFAULT_ALPHA
 from .truthfulness import sum_truth
 
 COMPARISON_SCHEMA = "afb.comparison/2"
@@ -72,7 +78,15 @@ class Comparison(Frozen):
     environment_conformance: str | None
     not_comparable_strata: list[str]  # scenario_mismatch_stratum:<stratum>, left out for all
     subjects: list[ComparedSubject]  # sorted by subject id; no rank is implied
+    # issue 25: the strictest alpha of the compared cards' [comparison] rules, and the paired
+    # tests of every two subjects (publish/paired.py). Absent when the rows are not there.
+    alpha: float | None = None
+    paired: list[PairedComparison] | None = None
     comparison_hash: str
+
+    @model_serializer(mode="wrap")
+    def _absent_when_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return absent_when_none(handler(self), ("alpha", "paired"))
 
 
 def compare(
@@ -113,7 +127,20 @@ def compare(
         reasons += env_reasons
     if reasons:
         return None, reasons
-    return build([c for _, c in cards], env_proof), []
+    return build([c for _, c in cards], env_proof, [_outcomes(p, c) for p, c in cards]), []
+
+
+def _outcomes(path: Path, card: PublishableScorecard) -> CellOutcomes | None:
+    """The card's cell rows beside it, only if they are the ones it binds (sha256, lines);
+    otherwise no paired statistics, never a refusal: statistics do not gate."""
+    try:
+        data = read_bounded(path.parent / card.cell_scores.file, RESULT_FILE_CAP, evidence=True)
+    except (OSError, EvidenceError):
+        return None
+    sha = "sha256:" + hashlib.sha256(data).hexdigest()
+    if sha != card.cell_scores.sha256 or data.count(b"\n") != card.cell_scores.lines:
+        return None
+    return cell_outcomes(data)
 
 
 def needs_conformance(cards: Iterable[PublishableScorecard]) -> bool:
@@ -155,14 +182,15 @@ def _summed(parts: list[Measures], fields: set[str]) -> Measures:
         done, n = sum(c.completed for c in cs), sum(c.cells for c in cs)
         out["completion"] = Completion(
             completed=done, cells=n, pre_trigger_failures=sum(c.pre_trigger_failures for c in cs),
-            rate=ratio(done, n),
+            rate=rate(done, n),
         )  # fmt: skip
     if "duplicate_effects" in fields:
         ds: list[DuplicateEffects] = total(lambda m: m.duplicate_effects)
         exp, withd = sum(d.exposed_cells for d in ds), sum(d.cells_with_duplicates for d in ds)
         out["duplicate_effects"] = DuplicateEffects(
             exposed_cells=exp, duplicate_effects=sum(d.duplicate_effects for d in ds),
-            cells_with_duplicates=withd, share_without_duplicates=ratio(exp - withd, exp),
+            cells_with_duplicates=withd, share_without_duplicates=rate(exp - withd, exp),
+            duplicate_rate=rate(withd, exp),
         )  # fmt: skip
     if "recovery_overhead" in fields:
         ovs: list[RecoveryOverhead] = total(lambda m: m.recovery_overhead)
@@ -190,7 +218,13 @@ def _truth_compared(t: Truthfulness | None, blocked: list[str]) -> Truthfulness 
     return t.model_copy(update={"strata": strata, "overall": sum_truth(list(strata.values()))})
 
 
-def build(cards: list[PublishableScorecard], env_proof: str | None) -> Comparison:
+def build(
+    cards: list[PublishableScorecard],
+    env_proof: str | None,
+    outcomes: list[CellOutcomes | None] | None = None,
+) -> Comparison:
+    """`outcomes`: each card's cell outcomes (paired.cell_outcomes), in `cards` order; the
+    paired tests are made only when every card has them."""
     first = cards[0]
     blocked = sorted({s for c in cards for s in c.scenario_mismatch_strata})
 
@@ -208,9 +242,20 @@ def build(cards: list[PublishableScorecard], env_proof: str | None) -> Compariso
             truthfulness=_truth_compared(c.truthfulness, blocked),
         )
 
-    subjects = [
-        compared(c) for c in sorted(cards, key=lambda c: (c.subject_id, c.subject_config_hash))
-    ]
+    order = sorted(
+        range(len(cards)), key=lambda i: (cards[i].subject_id, cards[i].subject_config_hash)
+    )
+    subjects = [compared(cards[i]) for i in order]
+    alpha = min(c.comparison_rules.alpha or DEFAULT_ALPHA for c in cards)
+    extra: dict[str, Any] = {}
+    if outcomes is not None and all(o is not None for o in outcomes):
+        got = [(cards[i].subject_id, o) for i in order if (o := outcomes[i]) is not None]
+        extra["alpha"] = alpha
+        extra["paired"] = [
+            compare_pair(a, b, blocked, alpha, first.protocol_hash).model_dump(mode="json")
+            for n, a in enumerate(got)
+            for b in got[n + 1 :]
+        ]
     body = {
         "schema": COMPARISON_SCHEMA,
         "protocol_id": first.protocol_id,
@@ -219,13 +264,14 @@ def build(cards: list[PublishableScorecard], env_proof: str | None) -> Compariso
         "environment_conformance": env_proof,
         "not_comparable_strata": [R.qualified(R.SCENARIO_MISMATCH_STRATUM, s) for s in blocked],
         "subjects": [s.model_dump(mode="json") for s in subjects],
+        **extra,
     }
     return Comparison.model_validate({**body, "comparison_hash": digest(body)})
 
 
 def comparison_md(c: Comparison) -> str:
     def v(r: Any) -> str:
-        return "n/a" if r is None else str(r.value)
+        return "n/a" if r is None else f"{r.value}{ci(r.interval)}"
 
     lines = [
         f"# Comparison on `{c.protocol_id}` `{c.protocol_hash}`",
@@ -247,12 +293,16 @@ def comparison_md(c: Comparison) -> str:
     for s in c.subjects:
         m = s.overall
         d, o = m.duplicate_effects, m.recovery_overhead
+        wall = (
+            f"{o.wall_time_ratio_median}{ci(o.wall_time_ratio_median_interval)}"
+            if o and o.wall_time_ratio_median
+            else "n/a"
+        )
         lines.append(
             f"| {s.subject_id} | {v(m.completion.rate) if m.completion else '-'} | "
             f"{d.duplicate_effects if d else '-'} | "
             f"{v(d.share_without_duplicates) if d else '-'} | "
-            f"{v(o.extra_tool_calls_mean) if o else '-'} | "
-            f"{o.wall_time_ratio_median if o and o.wall_time_ratio_median else 'n/a'} |"
+            f"{v(o.extra_tool_calls_mean) if o else '-'} | {wall} |"
         )
     truths = [(s.subject_id, s.truthfulness) for s in c.subjects if s.truthfulness]
     if truths:
@@ -273,4 +323,60 @@ def comparison_md(c: Comparison) -> str:
                 f"{tm.attribution['model_requested']} | {tm.attribution['framework_retried']} | "
                 f"{tm.attribution['restart_replayed']} |"
             )
+    lines.append("")
+    lines.append(
+        "Intervals are 95 % (exact Clopper-Pearson for rates). The table alone ranks nothing: "
+        "a difference is stated only where its paired test below shows it."
+    )
+    lines += _paired_md(c)
     return "\n".join(lines) + "\n"
+
+
+_DECISION = {
+    "first_higher": "{a} higher",
+    "second_higher": "{b} higher",
+    "no_difference_shown": "no difference shown",
+}
+
+
+def _paired_md(c: Comparison) -> list[str]:
+    if c.paired is None:
+        return [
+            "",
+            "No paired tests: a compared scorecard's cell rows are missing or predate them "
+            "(`bench regrade` brings them).",
+        ]
+    out: list[str] = []
+    for pc in c.paired:
+        out += [
+            "",
+            f"## Paired: {pc.first} vs {pc.second} (alpha {pc.alpha})",
+            "",
+            "Pairs share task, fault, seed and replicate. Headline: the task-clustered sign-flip "
+            "test (strata: Holm-adjusted within a measure); McNemar on the discordant pairs; "
+            "difference = first - second with its task-clustered bootstrap interval (for "
+            "extra_tool_calls: the mean difference in extra tool calls of pairs recovered in "
+            "both; higher there means more calls).",
+            "",
+            "| measure | stratum | pairs | tasks | both / first only / second only / neither "
+            "| McNemar p | difference | sign-flip p | Holm p | at alpha |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for t in pc.tests:
+            m, sf = t.mcnemar, t.sign_flip
+            table = (
+                "-" if m is None else f"{m.both} / {m.first_only} / {m.second_only} / {m.neither}"
+            )
+            mcnemar_p = "-" if m is None else f"{m.p_value:.4g}"
+            diff = "n/a" if t.difference is None else f"{t.difference:+.3f}"
+            iv = t.difference_interval
+            if iv is not None:
+                diff += f" [{iv.low:+.3f}, {iv.high:+.3f}]"
+            how = "exact" if sf.exact else f"MC, se {sf.monte_carlo_standard_error}"
+            holm_p = "-" if t.holm_p_value is None else f"{t.holm_p_value:.4g}"
+            said = _DECISION[t.decision].format(a=pc.first, b=pc.second)
+            out.append(
+                f"| {t.measure} | {t.stratum} | {t.pairs} | {t.tasks} | "
+                f"{table} | {mcnemar_p} | {diff} | {sf.p_value:.4g} ({how}) | {holm_p} | {said} |"
+            )
+    return out

@@ -25,6 +25,8 @@ from runner.evaluator.protocol.spec import Comparison as ComparisonRules
 from runner.evaluator.protocol.spec import Measure
 from runner.evaluator.verdict.eligibility import EligibilityProof
 
+from .stats import Interval
+
 REPORT_SCHEMA = "afb.report/2"
 SCORECARD_SCHEMA = "afb.scorecard/3"
 CELL_SCORES_FILE = "cell-scores.jsonl"
@@ -123,10 +125,25 @@ class IncompleteEvidenceReport(Frozen):
 # --------------------------------------------------------------------------------- scorecard
 
 
+def absent_when_none(data: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """Fields added by issue 25 are left out when unset, so a scorecard written before them
+    dumps (and hashes) exactly as it was written."""
+    return {k: v for k, v in data.items() if not (k in keys and v is None)}
+
+
 class Ratio(Frozen):
     numerator: int
     denominator: int
     value: float  # numerator / denominator, rounded to 6 places; the integers are authoritative
+    interval: Interval | None = Field(
+        default=None,
+        description="95 % interval (publish/stats.py): exact Clopper-Pearson for a rate, a "
+        "task-clustered bootstrap for a mean; absent where none is defined",
+    )
+
+    @model_serializer(mode="wrap")
+    def _absent_when_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return absent_when_none(handler(self), ("interval",))
 
 
 class Completion(Frozen):
@@ -147,6 +164,15 @@ class DuplicateEffects(Frozen):
     duplicate_effects: int  # sum over exposed cells of committed - intended, where positive
     cells_with_duplicates: int
     share_without_duplicates: Ratio | None  # (exposed - with duplicates) / exposed
+    duplicate_rate: Ratio | None = Field(
+        default=None,
+        description="cells_with_duplicates / exposed_cells with its interval: at 0/n the exact "
+        "one-sided upper bound (0/64 -> at most 0.046)",
+    )
+
+    @model_serializer(mode="wrap")
+    def _absent_when_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return absent_when_none(handler(self), ("duplicate_rate",))
 
 
 class RecoveryOverhead(Frozen):
@@ -160,6 +186,15 @@ class RecoveryOverhead(Frozen):
     extra_tool_calls_total: int | None
     extra_tool_calls_mean: Ratio | None
     wall_time_ratio_median: float | None  # measured, not deterministic across runs
+    wall_time_ratio_median_interval: Interval | None = Field(
+        default=None,
+        description="exact distribution-free 95 % interval for the median task's median ratio; "
+        "absent below 6 tasks (no pair of order statistics reaches 95 %)",
+    )
+
+    @model_serializer(mode="wrap")
+    def _absent_when_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return absent_when_none(handler(self), ("wall_time_ratio_median_interval",))
 
 
 class Measures(Frozen):
@@ -184,6 +219,49 @@ class CellScore(Frozen):
     exposed: bool  # a faulted cell whose fault was witnessed
     extra_tool_calls: int | None  # recovered cells with their baseline only; never coerced to 0
     wall_time_ratio: float | None
+    # What a paired comparison pairs on (the slot: same task, fault, seed, replicate), what it
+    # clusters on (the task), and whether a retry decided the cell. None in older rows.
+    slot_id: str | None = None
+    task_id: str | None = None
+    attempts: int | None = None
+
+
+# ------------------------------------------------------------- retries and replicates (issue 25)
+
+
+class AttemptGroup(Frozen):
+    cells: int
+    completed: int
+    rate: Ratio | None
+
+
+class RetrySplit(Frozen):
+    """Cells decided on their first attempt apart from cells decided after a retry (an
+    INVALID_INJECTION or HARNESS_INVALID attempt before): a retry that lands on an easier
+    outcome shows as a different rate here."""
+
+    first_attempt: AttemptGroup
+    after_retry: AttemptGroup
+
+
+class Retries(Frozen):
+    overall: RetrySplit
+    strata: dict[str, RetrySplit]
+
+
+class ReplicateSummary(Frozen):
+    """[matrix] replicates = k > 1: every (task, fault, seed) group run k times. A group passes
+    when all k replicates COMPLETED without a duplicate effect (pass^k); it flips when its
+    replicates disagree on that verdict. A deterministic subject must flip in no group."""
+
+    replicates: int
+    groups: int
+    pass_all: Ratio | None = Field(description="pass^k: groups whose every replicate passed")
+    flipped: Ratio | None = Field(description="groups whose replicates disagree")
+    verdict_variance_mean: float | None = Field(
+        description="mean over groups of the variance of the pass verdict (0/1) across "
+        "its replicates"
+    )
 
 
 class TruthMeasures(Frozen):
@@ -254,18 +332,18 @@ class PublishableScorecard(Frozen):
     truthfulness: Truthfulness | None = Field(
         default=None, description="what the framework told its model, who duplicated (issue 23)"
     )
+    retries: Retries | None = Field(
+        default=None, description="cells decided on the first attempt vs after a retry"
+    )
+    replicates: ReplicateSummary | None = Field(
+        default=None, description="pass^k and verdict flips; only when [matrix] replicates > 1"
+    )
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     @model_serializer(mode="wrap")
-    def _without_truthfulness_when_unset(
-        self, handler: SerializerFunctionWrapHandler
-    ) -> dict[str, Any]:
-        # left out when unset: scorecards written before it keep their written form
-        body: dict[str, Any] = handler(self)
-        if body.get("truthfulness") is None:
-            body.pop("truthfulness", None)
-        return body
+    def _absent_when_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return absent_when_none(handler(self), ("truthfulness", "retries", "replicates"))
 
     @model_validator(mode="after")
     def _only_from_an_eligible_proof(self) -> PublishableScorecard:

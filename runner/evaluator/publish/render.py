@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from .models import (
     CellHistory,
+    DuplicateEffects,
     IncompleteEvidenceReport,
     Measures,
     PublishableScorecard,
@@ -12,27 +13,51 @@ from .models import (
     Truthfulness,
     TruthMeasures,
 )
+from .stats import Interval
 from .truthfulness import ATTRIBUTION, JOIN, TOLD
 
 
+def ci(i: Interval | None) -> str:
+    """An interval as text: one-sided bounds say so (0/64 -> "<= 0.046")."""
+    if i is None:
+        return ""
+    if i.method == "clopper_pearson_upper":
+        return f" [<= {i.high:.3f}]"
+    return f" [{i.low:.3f}, {i.high:.3f}]"
+
+
 def _r(r: Ratio | None) -> str:
-    return "n/a" if r is None else f"{r.numerator}/{r.denominator} ({r.value:.3f})"
+    if r is None:
+        return "n/a"
+    return f"{r.numerator}/{r.denominator} ({r.value:.3f}){ci(r.interval)}"
+
+
+def _dup_rate(d: DuplicateEffects) -> str:
+    """The share of exposed cells with a duplicate, with its interval (0/n: an upper bound)."""
+    r = d.duplicate_rate
+    return "" if r is None else f" (cells: {r.numerator}/{r.denominator}{ci(r.interval)})"
 
 
 def _row(name: str, m: Measures) -> str:
     """One group's row; `-` where a measure is not carried or not defined for the group."""
     c, d, o = m.completion, m.duplicate_effects, m.recovery_overhead
     comp = "-" if c is None else f"{_r(c.rate)} ({c.pre_trigger_failures})"
-    dups = "-" if d is None else f"{d.duplicate_effects} / {d.exposed_cells}"
+    dups = "-" if d is None else f"{d.duplicate_effects} / {d.exposed_cells}{_dup_rate(d)}"
     share = "-" if d is None else _r(d.share_without_duplicates)
     extra = (
         "-"
         if o is None
-        else ("n/a" if o.extra_tool_calls_mean is None else f"{o.extra_tool_calls_mean.value:+.2f}")
+        else (
+            "n/a"
+            if o.extra_tool_calls_mean is None
+            else f"{o.extra_tool_calls_mean.value:+.2f}{ci(o.extra_tool_calls_mean.interval)}"
+        )
     )
     pairs = "-" if o is None else f"{o.pairs}"
     wall = (
-        "-" if o is None or o.wall_time_ratio_median is None else f"{o.wall_time_ratio_median:.2f}x"
+        "-"
+        if o is None or o.wall_time_ratio_median is None
+        else f"{o.wall_time_ratio_median:.2f}x{ci(o.wall_time_ratio_median_interval)}"
     )
     return f"| {name} | {comp} | {dups} | {share} | {extra} | {pairs} | {wall} |"
 
@@ -71,9 +96,45 @@ def scorecard_md(s: PublishableScorecard) -> str:
         _row("**all**", s.overall),
     ]
     lines += [_row(k, m) for k, m in sorted(s.strata.items())]
+    lines += [
+        "",
+        "Intervals are 95 %: exact Clopper-Pearson for rates (at 0/n the one-sided upper bound), a "
+        "task-clustered bootstrap (seed recorded in the JSON) for the mean of extra tool calls, "
+        "an exact order-statistic interval over tasks for the median wall-time ratio.",
+    ]
+    lines += _retries(s) + _replicates(s)
     if s.truthfulness is not None:
         lines += truthfulness_md(s.truthfulness)
     return "\n".join(lines) + "\n"
+
+
+def _retries(s: PublishableScorecard) -> list[str]:
+    if s.retries is None:
+        return []
+    out = [
+        "",
+        "## Decided on the first attempt vs after a retry",
+        "",
+        "| stratum | first attempt: completed / cells | after a retry: completed / cells |",
+        "|---|---|---|",
+    ]
+    for name, r in [("**all**", s.retries.overall), *sorted(s.retries.strata.items())]:
+        out.append(f"| {name} | {_r(r.first_attempt.rate)} | {_r(r.after_retry.rate)} |")
+    return out
+
+
+def _replicates(s: PublishableScorecard) -> list[str]:
+    r = s.replicates
+    if r is None:
+        return []
+    return [
+        "",
+        f"## Replicates (k = {r.replicates}, {r.groups} task x fault x seed groups)",
+        "",
+        f"- pass^k (every replicate completed without a duplicate): {_r(r.pass_all)}",
+        f"- verdict flipped across replicates: {_r(r.flipped)}; mean verdict variance "
+        f"{r.verdict_variance_mean}",
+    ]
 
 
 def _truth_row(name: str, m: TruthMeasures) -> str:

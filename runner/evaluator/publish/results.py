@@ -57,6 +57,7 @@ from .models import (
     IncompleteEvidenceReport,
     PublishableScorecard,
 )
+from .paired import CellOutcomes, cell_outcomes
 from .render import report_md, scorecard_md
 from .truthfulness import truth_source
 
@@ -230,6 +231,8 @@ def _render(
     roles = {s.id: subject_role(s.agent) for s in spec.subjects}
     out: dict[str, SubjectResult] = {}
     cards_json: dict[str, bytes] = {}  # what the statements bind
+    outcomes: dict[str, CellOutcomes | None] = {}
+    paired = len(rp.identities.subject_config_hashes) > 1
     for subject, ev in subjects:
         base = f"{RESULTS}/{subject}/"
         put(base + "proof.json", _json(ev.proof))
@@ -249,6 +252,8 @@ def _render(
             )
             del ev
             put(base + CELL_SCORES_FILE, rows)
+            if paired:  # the paired tests' compact view, only where a comparison can be
+                outcomes[subject] = cell_outcomes(rows)
             del rows
             cards_json[base + "scorecard.json"] = _json(card)
             put(base + "scorecard.json", cards_json[base + "scorecard.json"])
@@ -270,12 +275,13 @@ def _render(
     published = [(f"{RESULTS}/{s}/", r.scorecard) for s, r in out.items() if r.scorecard]
     for rel, data in statements(cards_json, published, images).items():
         put(rel, data)
-    cards = [r.scorecard for r in out.values() if r.scorecard is not None]
+    eligible = [s for s, r in out.items() if r.scorecard is not None]
+    cards = [c for s in eligible if (c := out[s].scorecard) is not None]
     if len(cards) >= 2 and not gate(cards):
         # Subjects of one run share one environment record: its conformance proof is theirs,
         # named only when the rules require conformance.
         env_proof = cards[0].environment_conformance if needs_conformance(cards) else None
-        comparison = build(cards, env_proof)
+        comparison = build(cards, env_proof, [outcomes.get(s) for s in eligible])
         put(f"{RESULTS}/comparison.json", _json(comparison))
         if markdown:
             put(f"{RESULTS}/comparison.md", comparison_md(comparison).encode())
