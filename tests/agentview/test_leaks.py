@@ -124,7 +124,7 @@ def test_a_planted_leak_in_the_agent_view_is_caught(
 def test_mini_swe_agent_is_launched_with_the_agent_view_only(markers: dict[str, Markers]) -> None:
     spec = load_spec(AGENTS)
     workload = workload_for(spec, AGENTS)
-    launch = resolve_subjects(spec, AGENTS, workload)["mini-swe-agent"]
+    launch = resolve_subjects(spec, AGENTS, workload)["mini-swe-agent-careful"]
     for tid in sorted(spec.task_index()):
         cmd = launch(TaskViews(tid, workload))
         prompt = cmd.argv[cmd.argv.index("-t") + 1]
@@ -143,19 +143,19 @@ def test_the_oracle_gets_the_answer_in_its_file_never_in_argv(markers: dict[str,
     workload = workload_for(spec, AGENTS)
     launches = resolve_subjects(spec, AGENTS, workload)
     for tid in sorted(spec.task_index()):
-        oracle = launches["intent-reconcile"](TaskViews(tid, workload))
+        oracle = launches["intent-reconcile-careful"](TaskViews(tid, workload))
         assert oracle.oracle == workload.oracle_task(tid)
         assert leaks_in_json("oracle view", oracle.oracle, markers[tid]) != []
         seen = {"argv": list(oracle.argv), "env": dict(oracle.env), "task": oracle.task}
         assert leaks_in_json(f"oracle {tid}", seen, markers[tid]) == []
-        agent = launches["mini-swe-agent"](TaskViews(tid, workload))
+        agent = launches["mini-swe-agent-careful"](TaskViews(tid, workload))
         assert agent.oracle is None
 
 
 def test_a_non_oracle_subject_asking_for_the_oracle_view_is_an_input_error() -> None:
     spec = load_spec(AGENTS)
     workload = workload_for(spec, AGENTS)
-    mini = next(i for i, s in enumerate(spec.subjects) if s.id == "mini-swe-agent")
+    mini = next(i for i, s in enumerate(spec.subjects) if s.id == "mini-swe-agent-careful")
     for extra in ({"oracle": True}, {"env": {"AFB_ORACLE": "1"}}):
         s = spec.subjects[mini]
         bad = s.model_copy(update={"config": {**s.config, **extra}})

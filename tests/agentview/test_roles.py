@@ -26,7 +26,14 @@ def test_roles_follow_the_adapter() -> None:
     assert subject_role("mini-swe-agent:2.4.6") == "agent"
     assert subject_role("referencex:y") == "agent"  # the adapter, not a prefix of its name
     spec = load_spec(ROOT / "specs" / "swe-lite-agents.toml")
-    assert subject_roles(spec) == {"mini-swe-agent": "agent", "intent-reconcile": "oracle"}
+    assert subject_roles(spec) == {
+        "mini-swe-agent-careful": "agent",
+        "mini-swe-agent-naive": "agent",
+        "intent-reconcile-careful": "oracle",
+        "intent-reconcile-naive": "oracle",
+        "openai-agents-retry0": "agent",
+        "openai-agents-retry3": "agent",
+    }
 
 
 def test_protocol_json_records_roles_and_a_lying_role_is_inconsistent(tmp_path: Path) -> None:

@@ -172,7 +172,7 @@ def test_mini_swe_agents_status_command_is_the_tool(
     from runner.runtime.subjectenv import ensure_built
 
     agents = Path(__file__).resolve().parents[2] / "specs" / "swe-lite-agents.toml"
-    (mini,) = [s for s in load_spec(agents).subjects if s.id == "mini-swe-agent"]
+    (mini,) = [s for s in load_spec(agents).subjects if s.id == "mini-swe-agent-careful"]
     built = ensure_built(MiniSweAgentConfig.model_validate(mini.config).environment)
     env = {
         "PATH": "/usr/bin:/bin",

@@ -39,8 +39,12 @@ def test_values_of_a_key_or_keys_and_options_add_up() -> None:
     assert {t for t, _, _ in a} == {TASKS[0], TASKS[1]}
     assert {f for _, f, _ in a} == {"none", "lost-model-response"}
     assert a == kept(f"task={TASKS[0]}", f"task={TASKS[1]}", "fault=none,lost-model-response")
-    assert kept("subject=intent-reconcile") == sorted(
-        {(c.task_id, c.fault_id, c.subject_id) for c in CELLS if c.subject_id == "intent-reconcile"}
+    assert kept("subject=intent-reconcile-careful") == sorted(
+        {
+            (c.task_id, c.fault_id, c.subject_id)
+            for c in CELLS
+            if c.subject_id == "intent-reconcile-careful"
+        }
     )
 
 

@@ -108,26 +108,26 @@ def test_a_reference_subject_with_a_model_plans_with_it() -> None:
     """The control of swe-lite-agents: --plan-with-model and the scripted proxy plan per task."""
     spec = load_spec(AGENTS)
     workload = workload_for(spec, AGENTS)
-    launch = resolve_subjects(spec, AGENTS, workload)["intent-reconcile"]
+    launch = resolve_subjects(spec, AGENTS, workload)["intent-reconcile-careful"]
     task_id = sorted(spec.task_index())[0]
     cmd = launch(TaskViews(task_id, workload))
     assert "--plan-with-model" in cmd.argv
     assert cmd.argv[cmd.argv.index("--strategy") + 1] == "intent_reconcile"
     assert cmd.model is not None and cmd.model.mode == "scripted"
     assert cmd.model.cassette == (
-        ROOT / "specs" / "swe-lite-agents" / "control-cassettes" / f"{task_id}.json"
+        ROOT / "specs" / "swe-lite-agents" / "policies" / "control" / "careful" / f"{task_id}.json"
     )
 
 
 def test_a_reference_model_whose_cassettes_changed_is_an_input_error(tmp_path: Path) -> None:
     spec = load_spec(AGENTS)
-    control = next(s for s in spec.subjects if s.id == "intent-reconcile")
+    control = next(s for s in spec.subjects if s.id == "intent-reconcile-careful")
     model = {**control.config["model"], "digest": "sha256:" + "0" * 64}
     bad = control.model_copy(update={"config": {**control.config, "model": model}})
     spec = spec.model_copy(update={"subjects": [bad]})
     with pytest.raises(InputError) as exc:
         resolve_subjects(spec, AGENTS, workload_for(spec, AGENTS))
-    assert "control-cassettes" in exc.value.render() and exc.value.key is not None
+    assert "policies/control/careful" in exc.value.render() and exc.value.key is not None
     assert exc.value.key.endswith("model.digest")
 
 

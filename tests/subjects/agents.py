@@ -26,13 +26,18 @@ AGENTS = ROOT / "specs" / "swe-lite-agents.toml"
 TASK = "cachetools-cached-info"
 
 
+SCRIPTED = Path(__file__).resolve().parent / "scripted-subjects.toml"
+
+
 def subject_block(name: str) -> str:
-    """The `[[subjects]]` block of swe-lite-agents.toml whose id is `name`."""
-    text = AGENTS.read_text()
-    blocks = re.split(r"(?m)^(?=\[\[subjects\]\])", text.split("[[faults]]")[0])
-    for b in blocks:
-        if b.startswith("[[subjects]]") and f'id = "{name}"' in b:
-            return b.rstrip() + "\n"
+    """The `[[subjects]]` block whose id is `name`: of swe-lite-agents.toml, else of
+    scripted-subjects.toml (the turn-by-turn scripted subjects of swe-lite-agents 1.0.0)."""
+    for source in (AGENTS, SCRIPTED):
+        text = source.read_text()
+        blocks = re.split(r"(?m)^(?=\[\[subjects\]\])", text.split("[[faults]]")[0])
+        for b in blocks:
+            if b.startswith("[[subjects]]") and f'id = "{name}"' in b:
+                return b.rstrip() + "\n"
     raise KeyError(name)
 
 
