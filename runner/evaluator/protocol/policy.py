@@ -338,14 +338,14 @@ def conversation(dialect: str, body: Mapping[str, Any]) -> Conversation:
         return conv
     anthropic = dialect == "anthropic-messages"
     calls_out, results, texts = conv.calls, conv.results, conv.texts
-    turns, last = 0, conv.last
+    turns, start = 0, 0  # the last results: results[start:], those after the last assistant turn
     for m in msgs:  # the hot loop of a policy answer: kept flat (one pass, no helpers per item)
         if type(m) is not dict:
             continue
         role = m.get("role")
         if role == "assistant":
             turns += 1
-            last = []
+            start = len(results)
             content = m.get("content")
             if anthropic and isinstance(content, list):
                 text = ""
@@ -369,9 +369,7 @@ def conversation(dialect: str, body: Mapping[str, Any]) -> Conversation:
         elif role == "tool":
             content = m.get("content")
             text = content if isinstance(content, str) else _text(content)
-            r = _new(Result, (str(m.get("tool_call_id")), text, False))
-            results.append(r)
-            last.append(r)
+            results.append(_new(Result, (str(m.get("tool_call_id")), text, False)))
         elif role == "user" and anthropic:
             content = m.get("content")
             if isinstance(content, list):
@@ -380,8 +378,7 @@ def conversation(dialect: str, body: Mapping[str, Any]) -> Conversation:
                         err = b.get("is_error") is True
                         r = _new(Result, (str(b.get("tool_use_id")), _text(b.get("content")), err))
                         results.append(r)
-                        last.append(r)
-    conv.turns, conv.last = turns, last
+    conv.turns, conv.last = turns, results[start:]
     return conv
 
 
@@ -452,20 +449,23 @@ class Policy:
         tools: dict[str, str] = {}
         counts: dict[str, int] = {}
         memo, pos, plan_ids = self._tools, 0, self._plan_ids
-        for c in conv.calls:  # per call of every request: `tool_of` and the plan step inlined
-            tool = memo.get((c.name, c.arguments)) if type(c.arguments) is str else None
+        # per call of every request: `tool_of` and the plan step inlined, the tuples unpacked
+        for call in conv.calls:
+            cid, name, arguments = call
+            tool = memo.get((name, arguments)) if type(arguments) is str else None
             if tool is None:
-                tool = self.tool_of(c)
-            tools[c.id] = tool
-            if (i := plan_ids.get(c.id)) is not None and i >= pos:
+                tool = self.tool_of(call)
+            tools[cid] = tool
+            if (i := plan_ids.get(cid)) is not None and i >= pos:
                 pos = i + 1
-        for c in conv.calls:  # by id, as before: a call id sent twice counts its latest tool
-            tool = tools[c.id]
+        for cid, _, _ in conv.calls:  # by id, as before: a call id sent twice counts its latest
+            tool = tools[cid]
             counts[tool] = counts.get(tool, 0) + 1
         last = conv.last[-1] if conv.last else None
         status: StatusClass = "none"
+        status_tool = self.c.status_tool
         for r in reversed(conv.results):
-            if tools.get(r.call_id) == self.c.status_tool:
+            if tools.get(r.call_id) == status_tool:
                 # the answer's own flag, whatever the wrapper says (mini-swe-agent reports the
                 # status tool's output with returncode -1: it has no exit code); no flag in a
                 # transport failure or an error text: unknown
