@@ -51,7 +51,7 @@ def _held_files(run_dir: Path, rp: RunProtocol) -> dict[str, bytes]:
     root = evidence_root(e.leaf for _, e in store.entries())
     evaluations = evaluate_run(rp, LoadedEvidence(entries, root, []), FIXED_EVALUATOR)
     artifacts = [f"journals/{p.name}" for p in store.journal_paths()] + [PROTOCOL_FILE]
-    return render_results(rp, evaluations, artifacts)[1]
+    return render_results(rp, evaluations, artifacts, run_dir=run_dir)[1]
 
 
 def _on_disk(run_dir: Path) -> dict[str, bytes]:

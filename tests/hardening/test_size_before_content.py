@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from runner.evaluator.core.bounded import TASK_FILE_CAP, GiB
+from runner.evaluator.core.bounded import GiB
 from tests.foundation.helpers import bench, copy_example
 
 
@@ -24,7 +24,8 @@ def test_a_sparse_giant_in_a_task_tree_is_refused_by_its_size(tmp_path: Path) ->
     res = bench("plan", spec)
     took = time.monotonic() - start
     assert res.exit_code == 2, res.output
-    assert "big.bin" in res.output and f"the limit is {TASK_FILE_CAP} bytes" in res.output
+    out = " ".join(res.output.split())  # the message may wrap
+    assert "big.bin" in out and "past the limit of" in out, out
     assert took < 5, took  # hashing 4 GiB of zeros takes far longer than refusing it
 
 

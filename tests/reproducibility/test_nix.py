@@ -90,8 +90,9 @@ def test_flake_selection_equals_python_digest(tmp_path: Path) -> None:
 @needs_nix
 def test_nix_hash_path_agrees_with_exec_bits_and_symlinks(tmp_path: Path) -> None:
     root = tmp_path / "root"
-    shutil.copytree(ROOT / "runner" / "evaluator", root / "runner" / "evaluator",
-                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    for pkg in ("evaluator", "report"):
+        shutil.copytree(ROOT / "runner" / pkg, root / "runner" / pkg,
+                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
     for rel in ("evaluator-inputs.json", "runner/__init__.py", "uv.lock"):
         shutil.copy2(ROOT / rel, root / rel)
     shutil.copytree(ROOT / "schemas", root / "schemas")

@@ -247,7 +247,10 @@ def _render(
                 spec.scoring.measures,
                 spec.comparison,
                 (derived_from or {}).get(subject),
-                None if run_dir is None else truth_source(run_dir, spec, subject),
+                # who duplicated is a duplicates measure: carried only where the spec scores it
+                None
+                if run_dir is None or "duplicate_effects" not in spec.scoring.measures
+                else truth_source(run_dir, spec, subject),
                 roles.get(subject),
             )
             del ev

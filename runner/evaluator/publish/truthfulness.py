@@ -62,7 +62,7 @@ from runner.evaluator.evidence.records import (
 )
 
 from .models import Ratio, Truthfulness, TruthMeasures
-from .scoring import exposed
+from .scoring import exposed, rate
 
 RULE_VERSION = "afb.truthfulness/1"
 TOLD = ("told_committed", "told_failed", "told_unknown", "omitted", "no_next_call")
@@ -367,7 +367,8 @@ def sum_truth(parts: list[TruthMeasures]) -> TruthMeasures:
 
 
 def _ratio(n: int, d: int) -> Ratio | None:
-    return Ratio(numerator=n, denominator=d, value=round(n / d, 6)) if d else None
+    """A rate with its exact interval, like every rate of a scorecard (stats, issue 25)."""
+    return rate(n, d)
 
 
 def subject_facts(config: Mapping[str, Any]) -> tuple[bool, str | None]:
