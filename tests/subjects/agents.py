@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -159,3 +160,123 @@ def ledger_items(run_dir: Path) -> list[dict[str, Any]]:
                 if line.strip():
                     items.append(json.loads(line))
     return items
+
+
+# --- shared by the scripted-model subject tests (test_claude_code.py, test_openai_agents.py) ---
+
+ToolCall = Callable[..., list[dict[str, Any]]]  # (n, tool, **arguments) -> the turn's tool calls
+
+
+def fix_turns(task: dict[str, Any], call: ToolCall, *, check: bool = False) -> list[dict[str, Any]]:
+    """What a capable model would answer, turn by turn, with the benchmark's MCP tools: look,
+    copy and read, fix, run the failing tests in a scratch copy with the upstream test changes,
+    submit the diff, with `check` list what the destination committed (a read-only check), then
+    say it is done. `call` writes a tool call in the subject's own form (its ids, its tool names).
+    A scripted turn cannot depend on what the previous tool result was."""
+    tid, src, first = task["task_id"], task["src"], task["files"][0]
+    work, pp = f"/tmp/work/{tid}", task.get("pythonpath") or "."
+    tests = " ".join(task["fail_to_pass"])
+    patch = ["patch", "-p1", "--forward", "--no-backup-if-mismatch"]
+    copy = (
+        f"rm -rf {work} && mkdir -p {work} && cp -a {src} {work}/b && head -n 40 {work}/b/{first}"
+    )
+    turns = [
+        {"text": "Let me look at the project layout first.",
+         "tool_calls": call(0, "exec", argv=["ls", src, f"{src}/{first.rsplit('/', 1)[0]}"])},
+        {"text": f"I'll make a working copy and read {first}.",
+         "tool_calls": call(1, "exec", argv=["sh", "-c", copy])},
+        {"text": "I see the problem. Applying the fix.",
+         "tool_calls": call(2, "exec", argv=[*patch, "-d", f"{work}/b"], stdin=task["gold_patch"])},
+        {"text": "Now the failing tests, in a scratch copy with the upstream test changes.",
+         "tool_calls": call(3, "exec", stdin=task["tests_patch"], argv=[
+             "sh", "-c", f"cd {work} && rm -rf t && cp -a b t && cd t && {' '.join(patch)} -s && "
+             f"PYTHONDONTWRITEBYTECODE=1 PYTHONPATH={pp} python3 -m pytest -q -p no:cacheprovider "
+             f"{tests}"])},
+        {"text": "The tests pass. Submitting the fix.",
+         "tool_calls": call(4, "submit_patch", payload={"task": tid, "patch": task["gold_patch"]})},
+    ]  # fmt: skip
+    if check:
+        check_turn = {"text": "Let me check that the submission landed."}
+        turns.append({**check_turn, "tool_calls": call(5, "list_effects")})
+    return [*turns, {"text": "I submitted the fix for the task."}]
+
+
+def write_cassette(spec_dir: Path, name: str, turns: Callable[[dict[str, Any]], list[Any]]) -> Path:
+    """The scripted cassette of TASK, `turns` of its oracle view (the scripted model's), written
+    into `spec_dir`/`name`/cassettes; that folder."""
+    from runner.benchmarks.swe_lite.agentview import oracle_task
+    from runner.benchmarks.swe_lite.grade import load_task
+
+    folder = spec_dir / name / "cassettes"
+    folder.mkdir(parents=True)
+    task = oracle_task(load_task(ROOT / "specs" / "swe-lite" / TASK))
+    cassette = {"version": 1, "kind": "scripted", "model": "afb-scripted"}
+    cassette["turns"] = turns(task)
+    (folder / f"{TASK}.json").write_text(json.dumps(cassette, indent=1, sort_keys=True) + "\n")
+    return folder
+
+
+def scripted_tables(name: str, folder: Path) -> str:
+    """A subject's `[subjects.config.model]` (the cassettes `write_cassette(_, name, _)` wrote
+    into `folder`) and `[subjects.config.limits]` tables."""
+    from runner.evaluator.protocol.subjects import tree_digest
+
+    return f"""
+[subjects.config.model]
+mode = "scripted"
+cassettes = "{name}/cassettes"
+digest = "{tree_digest(folder)}"
+
+[subjects.config.limits]
+max_relaunches = 3
+timeout_s = 300.0
+"""
+
+
+def one(rs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    """The attempt's one record of type `kind`."""
+    (r,) = [r for r in rs if r["type"] == kind]
+    return r
+
+
+def attempt_ledger(run_dir: Path, rs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The destination's ledger archived by this attempt."""
+    lines = blob(run_dir, one(rs, "attempt_ended")["ledger"]).decode().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def check_witnessed(rs: list[dict[str, Any]], fault: str, label: object) -> None:
+    """A fault cell's fault was witnessed (never rejected), a baseline cell has no fault
+    lifecycle; the subject finished without a harness error. `label` names the cell."""
+    states = [r["state"] for r in rs if r["type"] == "lifecycle"]
+    if fault == "none":
+        assert states == []
+    else:
+        assert "witnessed" in states and "rejected" not in states, (label, states)
+    assert one(rs, "attempt_ended")["outcome"] == "subject_finished", label
+    assert not [r for r in rs if r["type"] == "harness_error"], label
+
+
+def check_attempt(
+    run_dir: Path,
+    rs: list[dict[str, Any]],
+    calls: dict[str, int],
+    launches: list[tuple[int, bool]],
+    effects: int,
+    completed: bool,
+) -> None:
+    """What the harness's evidence says the subject did in one attempt: its per-tool calls, its
+    launches ((restart index, signaled) each, the last one exiting 0), the effects in the
+    destination's ledger, the grade and the cell's terminal status."""
+    assert one(rs, "tool_calls")["by_tool"] == calls
+    exits = [r for r in rs if r["type"] == "subject_exit"]
+    assert [(e["restart_index"], e["signaled"]) for e in exits] == launches
+    assert exits[-1]["exit_code"] == 0
+    ledger = attempt_ledger(run_dir, rs)
+    assert len(ledger) == effects
+    assert all(item["payload"]["task"] == TASK for item in ledger)
+    grade = one(rs, "grader_result")
+    assert grade["completed"] is completed and grade["committed_effects"] == effects
+    terminal = {t.cell_id: t for ts in terminal_records(run_dir).values() for t in ts}
+    status = terminal[rs[0]["cell_id"]].status.value
+    assert status == ("COMPLETED" if completed else "FAILED"), status

@@ -26,23 +26,23 @@ from typing import Any
 
 import pytest
 
+from runner.benchmarks.swe_lite.agentview import oracle_task
 from runner.benchmarks.swe_lite.grade import load_task
 from runner.evaluator.protocol.subjects import tree_digest
 from runner.runtime.host.paths import SUBJECT_ROOT
-
-try:  # the task with its known answer: the scripted model's (issue 23's agent view renames it)
-    from runner.benchmarks.swe_lite.agentview import oracle_task as known_answer_task
-except ImportError:  # before it: what every subject was given
-    from runner.benchmarks.swe_lite.workload import subject_task as known_answer_task
 from tests.subjects.agents import (
     ROOT,
     TASK,
     attempts,
-    blob,
+    check_attempt,
+    check_witnessed,
     fault_blocks,
+    fix_turns,
     make_spec,
+    one,
     run_draft,
-    terminal_records,
+    scripted_tables,
+    write_cassette,
 )
 
 pytestmark = [pytest.mark.runtime, pytest.mark.slow]
@@ -53,50 +53,18 @@ FAULTS = fault_blocks()  # the seven faults of specs/swe-lite-agents.toml
 
 
 def cassette_turns(task: dict[str, Any]) -> list[dict[str, Any]]:
-    """What a capable model would answer, turn by turn, with the benchmark's MCP tools: look,
-    copy and read, fix, run the failing tests in a scratch copy with the upstream test changes,
-    submit the diff, list what the destination committed (a read-only check), then say it is
-    done. The SDK asks the model again after every tool result;
-    turn N is served whatever that result was (a scripted model cannot react)."""
-    tid, src, first = task["task_id"], task["src"], task["files"][0]
-    work, pp = f"/tmp/work/{tid}", task.get("pythonpath") or "."
-    tests = " ".join(task["fail_to_pass"])
-    patch = ["patch", "-p1", "--forward", "--no-backup-if-mismatch"]
-    copy = (
-        f"rm -rf {work} && mkdir -p {work} && cp -a {src} {work}/b && head -n 40 {work}/b/{first}"
-    )
+    """The scripted fix with a read-only status check after the submit (the SDK asks the model
+    again after every tool result)."""
 
     def call(n: int, tool: str, **arguments: Any) -> list[dict[str, Any]]:
         return [{"id": f"call_afb_{n}", "name": tool, "arguments": arguments}]
 
-    return [
-        {"text": "Let me look at the project layout first.",
-         "tool_calls": call(0, "exec", argv=["ls", src, f"{src}/{first.rsplit('/', 1)[0]}"])},
-        {"text": f"I'll make a working copy and read {first}.",
-         "tool_calls": call(1, "exec", argv=["sh", "-c", copy])},
-        {"text": "I see the problem. Applying the fix.",
-         "tool_calls": call(2, "exec", argv=[*patch, "-d", f"{work}/b"], stdin=task["gold_patch"])},
-        {"text": "Now the failing tests, in a scratch copy with the upstream test changes.",
-         "tool_calls": call(3, "exec", stdin=task["tests_patch"], argv=[
-             "sh", "-c", f"cd {work} && rm -rf t && cp -a b t && cd t && {' '.join(patch)} -s && "
-             f"PYTHONDONTWRITEBYTECODE=1 PYTHONPATH={pp} python3 -m pytest -q -p no:cacheprovider "
-             f"{tests}"])},
-        {"text": "The tests pass. Submitting the fix.",
-         "tool_calls": call(4, "submit_patch", payload={"task": tid, "patch": task["gold_patch"]})},
-        {"text": "Let me check that the submission landed.",
-         "tool_calls": call(5, "list_effects")},
-        {"text": "I submitted the fix for the task."},
-    ]  # fmt: skip
+    return fix_turns(task, call, check=True)
 
 
 def subjects(spec_dir: Path) -> str:
     """The two `[[subjects]]` blocks, sharing one cassette folder written into the spec's folder."""
-    folder = spec_dir / "openai-agents" / "cassettes"
-    folder.mkdir(parents=True)
-    task = known_answer_task(load_task(ROOT / "specs" / "swe-lite" / TASK))
-    cassette = {"version": 1, "kind": "scripted", "model": "afb-scripted"}
-    cassette["turns"] = cassette_turns(task)
-    (folder / f"{TASK}.json").write_text(json.dumps(cassette, indent=1, sort_keys=True) + "\n")
+    folder = write_cassette(spec_dir, "openai-agents", cassette_turns)
     blocks = []
     for sid, retries in CONFIGS.items():
         argv = ["{env}/venv/bin/python", "{project}/agent.py",
@@ -114,16 +82,7 @@ mcp = true
 kind = "uv"
 project = "{PROJECT}"
 digest = "{tree_digest(ROOT / PROJECT)}"
-
-[subjects.config.model]
-mode = "scripted"
-cassettes = "openai-agents/cassettes"
-digest = "{tree_digest(folder)}"
-
-[subjects.config.limits]
-max_relaunches = 3
-timeout_s = 300.0
-""")
+{scripted_tables("openai-agents", folder)}""")
     return "".join(blocks)
 
 
@@ -141,16 +100,11 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         shutil.rmtree(kept, ignore_errors=True)
 
 
-def _one(rs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    (r,) = [r for r in rs if r["type"] == kind]
-    return r
-
-
 def by_cell(run_dir: Path) -> dict[tuple[str, str], list[dict[str, Any]]]:
     """Each attempt's records by (subject id, fault id): one attempt per cell."""
     out: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for rs in attempts(run_dir):
-        started = _one(rs, "attempt_started")
+        started = one(rs, "attempt_started")
         key = (started["subject_id"], started["fault_id"])
         assert key not in out
         out[key] = rs
@@ -160,7 +114,7 @@ def by_cell(run_dir: Path) -> dict[tuple[str, str], list[dict[str, Any]]]:
 def session_items(run_dir: Path, rs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The conversation the SDK persisted (its SQLiteSession in the kept state dir): the agent's
     own account of what it told its model, not evidence."""
-    started = _one(rs, "attempt_started")
+    started = one(rs, "attempt_started")
     folder = SUBJECT_ROOT / run_dir.name.rsplit("-", 1)[-1]
     (state,) = folder.glob(f"{started['cell_id'].removeprefix('sha256:')[:16]}-a*")
     with contextlib.closing(sqlite3.connect(state / "session.sqlite3")) as db:
@@ -253,34 +207,16 @@ def test_every_fault_is_witnessed(run: Path) -> None:
     cells = by_cell(run)
     assert set(cells) == {(s, f) for s, faults in EXPECTED.items() for f in faults}
     for (sid, fault), rs in cells.items():
-        states = [r["state"] for r in rs if r["type"] == "lifecycle"]
-        if fault == "none":
-            assert states == []
-        else:
-            assert "witnessed" in states and "rejected" not in states, (sid, fault, states)
-        assert _one(rs, "attempt_ended")["outcome"] == "subject_finished", (sid, fault)
-        assert not [r for r in rs if r["type"] == "harness_error"], (sid, fault)
+        check_witnessed(rs, fault, (sid, fault))
 
 
 @pytest.mark.parametrize(
     ("sid", "fault"), [(s, f) for s, faults in sorted(EXPECTED.items()) for f in sorted(faults)]
 )
 def test_what_the_sdk_did(run: Path, sid: str, fault: str) -> None:
-    calls, launches, effects, completed, said = EXPECTED[sid][fault]
+    *evidence, said = EXPECTED[sid][fault]
     rs = by_cell(run)[(sid, fault)]
-    assert _one(rs, "tool_calls")["by_tool"] == calls
-    exits = [r for r in rs if r["type"] == "subject_exit"]
-    assert [(e["restart_index"], e["signaled"]) for e in exits] == launches
-    assert exits[-1]["exit_code"] == 0
-    ended = _one(rs, "attempt_ended")
-    ledger = [json.loads(x) for x in blob(run, ended["ledger"]).decode().splitlines() if x]
-    assert len(ledger) == effects
-    assert all(item["payload"]["task"] == TASK for item in ledger)
-    grade = _one(rs, "grader_result")
-    assert grade["completed"] is completed and grade["committed_effects"] == effects
-    terminal = {t.cell_id: t for ts in terminal_records(run).values() for t in ts}
-    status = terminal[rs[0]["cell_id"]].status.value
-    assert status == ("COMPLETED" if completed else "FAILED"), status
+    check_attempt(run, rs, *evidence)
     items = session_items(run, rs)
     assert told(items) == said
     # tracing off, nothing but the prompt as new input: one user message, the first item
@@ -296,7 +232,7 @@ def test_the_prompt_holds_no_part_of_the_answer(tmp_path: Path) -> None:
     from runner.runtime.subjectenv import ensure_built
 
     env = ensure_built(UvEnvironment(project=PROJECT, digest=tree_digest(ROOT / PROJECT)))
-    full = known_answer_task(load_task(ROOT / "specs" / "swe-lite" / TASK))
+    full = oracle_task(load_task(ROOT / "specs" / "swe-lite" / TASK))
     bare = {"task_id": TASK, "src": full["src"]}
     stated = {**bare, "problem_statement": "cached() loses info"}
     prompts = []

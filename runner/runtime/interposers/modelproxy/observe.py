@@ -195,51 +195,40 @@ class ExchangeObserver:
         data: bytes,
     ) -> None:
         try:
-            self._observe(dialect, headers, body, status, content_type, data)
+            carried: list[ToolResultRef] = []
+            fresh: list[ToolResultSeen] = []
+            for cid, text, err in tool_results(dialect, body):
+                sha = _sha(text)
+                carried.append(ToolResultRef(call_id=cid[:512], sha256=sha))
+                with self._lock:
+                    new = (cid, sha) not in self._seen
+                    self._seen.add((cid, sha))
+                if new:
+                    fresh.append(
+                        ToolResultSeen(
+                            call_id=cid[:512], sha256=sha, length=len(text), is_error=err,
+                            excerpt=excerpt(text),
+                        )
+                    )  # fmt: skip
+            asked = []
+            if 200 <= status < 300:
+                asked = [
+                    AskedCall(call_id=i[:512], name=n[:512])
+                    for i, n in asked_calls(dialect, content_type, data)
+                ]
+            self._append(
+                ModelExchange(
+                    **self._ref,
+                    call_id=headers.get("x-afb-call-id", ""),
+                    dialect=dialect,
+                    turn=D.assistant_turns(dialect, body),  # type: ignore[arg-type]
+                    status=status,
+                    carried=carried,
+                    results=fresh,
+                    asked=asked,
+                )
+            )
         except Exception as exc:  # the answer still goes out; the evidence gap is the harness's
             if self._on_error is None:
                 raise
             self._on_error(f"{type(exc).__name__}: {exc}")
-
-    def _observe(
-        self,
-        dialect: str,
-        headers: Mapping[str, str],
-        body: Mapping[str, Any],
-        status: int,
-        content_type: str,
-        data: bytes,
-    ) -> None:
-        carried: list[ToolResultRef] = []
-        fresh: list[ToolResultSeen] = []
-        for cid, text, err in tool_results(dialect, body):
-            sha = _sha(text)
-            carried.append(ToolResultRef(call_id=cid[:512], sha256=sha))
-            with self._lock:
-                new = (cid, sha) not in self._seen
-                self._seen.add((cid, sha))
-            if new:
-                fresh.append(
-                    ToolResultSeen(
-                        call_id=cid[:512], sha256=sha, length=len(text), is_error=err,
-                        excerpt=excerpt(text),
-                    )
-                )  # fmt: skip
-        asked = []
-        if 200 <= status < 300:
-            asked = [
-                AskedCall(call_id=i[:512], name=n[:512])
-                for i, n in asked_calls(dialect, content_type, data)
-            ]
-        self._append(
-            ModelExchange(
-                **self._ref,
-                call_id=headers.get("x-afb-call-id", ""),
-                dialect=dialect,
-                turn=D.assistant_turns(dialect, body),  # type: ignore[arg-type]
-                status=status,
-                carried=carried,
-                results=fresh,
-                asked=asked,
-            )
-        )
