@@ -42,7 +42,7 @@ from runner.evaluator.protocol.runfile import (
     write_protocol,
 )
 from runner.evaluator.protocol.spec import Spec
-from runner.evaluator.protocol.specload import load_spec
+from runner.evaluator.protocol.specload import load_spec, spec_base
 from runner.evaluator.protocol.witness import load_contracts
 from runner.evaluator.verdict.outcomes import SUBJECT_OUTCOMES, attempt_status, group_attempts
 from runner.runtime.adapters import Launch, resolve_subjects
@@ -63,6 +63,28 @@ class RunSummary:
     attempts_run: int
     cells: int
     wall_s: float
+
+
+def hidden_paths(spec: Spec, spec_path: Path, root: Path | None = None) -> tuple[Path, ...]:
+    """What no subject of this spec may see (issue 23: an agent never sees the answer).
+
+    Every task folder (its gold and tests patches), every subject's model cassette folder (the
+    model's future answers) and the checkout's `vectors/` (published bundles: the reference
+    subjects' journals and ledgers carry the fixes). Oracle subjects get the same masks: their
+    answer comes from AFB_ORACLE_FILE in their state dir. Absolute, resolved, sorted, unique;
+    a folder that does not exist is kept (the launcher skips it).
+    """
+    base = spec_base(spec_path)
+    out = {(root or project_root()).resolve() / "vectors"}
+    for _, task in spec.task_index().values():
+        if task.path is not None:
+            out.add((base / task.path).resolve())
+    for subject in spec.subjects:
+        model = subject.config.get("model")
+        cassettes = model.get("cassettes") if isinstance(model, dict) else None
+        if isinstance(cassettes, str):
+            out.add((base / cassettes).resolve())
+    return tuple(sorted(out))
 
 
 class MatrixRun:
@@ -87,6 +109,7 @@ class MatrixRun:
         self.rp = rp
         self.workload = workload
         self.launchers = launchers
+        self.hidden_paths = hidden_paths(spec, spec_path)
         self.store = EvidenceStore(run_dir)
         self.slots: dict[str, Slot] = {s.slot_id: s for s in rp.slots}
         self._lock = threading.Lock()
@@ -326,6 +349,7 @@ class MatrixRun:
             scorer_version=self.spec.scoring.scorer_version,
             grade=self.workload.grader(cell.task_id),
             proxy_tools=dict(self.workload.effect_routes),  # the submit route is the workload's
+            hidden_paths=self.hidden_paths,
         )
 
     def run_cell(

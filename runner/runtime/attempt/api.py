@@ -125,6 +125,8 @@ class AttemptPlan:
     proxy_tools: Mapping[tuple[str, str], str] = field(default_factory=dict)
     idempotency_keys: bool = True  # the destination's declared capability
     actuator: Literal["real", "noop"] = "real"  # noop: negative conformance
+    # absolute directories the subject must not see (issue 23): masked in its mount namespace
+    hidden_paths: Sequence[Path] = ()
 
 
 @dataclass(frozen=True)

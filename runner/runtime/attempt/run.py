@@ -336,7 +336,7 @@ class _Attempt:
         self.stage = "services"
         self.registry = SubjectRegistry(
             s.launcher, p.subject.argv, state_dir=state_dir, netns=net.netns, env=env,
-            uid=uid, gid=uid,
+            uid=uid, gid=uid, hidden_paths=p.hidden_paths,
         )  # fmt: skip
         self.stage = "schedule"
         if p.kind != NO_FAULT:

@@ -11,6 +11,12 @@ the pid of a process this run already reaped).
 Privilege drop: `ip netns exec NS env -C STATE setpriv --reuid=UID ... -- argv`; `ip`, `env`
 and `setpriv` all exec in place, so the launched pid is the subject itself, and it runs with no
 capabilities, no bounding set and no_new_privs, unable to touch the root-only run directory.
+
+Hidden paths (issue 23): the host filesystem stays visible to the subject except the
+`hidden_paths` the orchestration passes down (the task folders, the model cassettes, the
+published evidence: `runner.runtime.executor.hidden_paths`): each is covered by an empty
+read-only tmpfs in the subject's own mount namespace before the privilege drop
+(`SubjectLauncher.launch(masks=...)`); a mask that fails fails the launch.
 """
 
 from __future__ import annotations
@@ -73,8 +79,10 @@ class SubjectRegistry:
         env: Mapping[str, str],
         uid: int = NOBODY_UID,
         gid: int = NOBODY_GID,
+        hidden_paths: Sequence[Path] = (),
     ) -> None:
         self.launcher = launcher
+        self.hidden_paths = tuple(hidden_paths)
         self.uid, self.gid = uid, gid
         self.argv = list(argv)
         self.state_dir = state_dir
@@ -94,6 +102,7 @@ class SubjectRegistry:
             state_dir=self.state_dir,
             netns=self.netns,
             env=env,
+            masks=self.hidden_paths,  # every relaunch too
         )
         with self._lock:
             self._current = subject

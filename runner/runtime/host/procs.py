@@ -17,6 +17,15 @@ Launch: os.posix_spawn (no fork of a threaded interpreter, and no subprocess.Pop
 waitpid bookkeeping would race the reaper) of
 `ip netns exec <ns> env -C <state_dir> argv...`. Both `ip` (non-batch mode) and `env` exec in
 place, so the spawned pid *is* the subject; tests verify its netns and cmdline.
+
+Masks (issue 23, an agent never sees the answer): `ip netns exec` also gives the child a new
+mount namespace whose / is a recursive slave (iproute2's netns_switch: unshare(CLONE_NEWNS),
+then MS_SLAVE|MS_REC), so a mount made there never reaches the host. With `masks`, a small
+`sh -c` prefix (still root, before the subject's own argv drops privileges) mounts an empty
+read-only tmpfs over each existing masked directory, then execs the rest in place: the
+spawned pid is still the subject. It reports "masked" on a pipe (fd 3, closed before the exec,
+so the subject cannot forge it); launch() waits for that line, and a mask that failed (no line)
+is a ProcError: the subject never ran with the answer visible.
 """
 
 from __future__ import annotations
@@ -27,8 +36,9 @@ import selectors
 import shutil
 import signal
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -228,6 +238,42 @@ class Subject:
             self._pidfd = None
 
 
+MASK_FD = 3
+MASK_OK = b"masked\n"
+MASK_TIMEOUT_S = 30.0
+# "$@" is: dir... -- argv...; a missing dir has nothing to hide; any failed mount stops here
+MASK_SCRIPT = (
+    'while [ "$1" != -- ]; do '
+    'if [ -e "$1" ]; then '
+    'mount -t tmpfs -o ro,nosuid,nodev,noexec,size=4k,mode=0555 afb-mask "$1" '
+    '|| { echo "afb: cannot mask $1" >&2; exit 125; }; fi; '
+    "shift; done; shift; "
+    f'printf "masked\\n" >&{MASK_FD} && exec {MASK_FD}>&- && exec "$@"'
+)
+
+
+def _mask_prefix(masks: Sequence[Path]) -> list[str]:
+    sh = shutil.which("sh") or "/bin/sh"
+    return [sh, "-c", MASK_SCRIPT, "afb-mask", *(str(m) for m in masks), "--"]
+
+
+def _await_masks(fd: int, pid: int) -> None:
+    """Read the mask prefix's report; anything but MASK_OK (EOF, timeout) is a ProcError."""
+    got = b""
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        deadline = MASK_TIMEOUT_S
+        while not got.endswith(b"\n") and sel.select(deadline):
+            chunk = os.read(fd, 64)
+            if not chunk:
+                break
+            got += chunk
+    if got != MASK_OK:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)  # not reaped yet: the pid is still ours
+        raise ProcError(f"subject {pid}: the masks over hidden paths failed (see stderr.log)")
+
+
 class SubjectLauncher:
     """Launch subjects inside a named netns with a state dir and an explicit environment."""
 
@@ -244,14 +290,23 @@ class SubjectLauncher:
         state_dir: Path,
         netns: str | None = None,
         env: Mapping[str, str] | None = None,
+        masks: Sequence[Path] = (),
     ) -> Subject:
         """Start argv with cwd=state_dir, stdout/stderr to state_dir/{stdout,stderr}.log.
 
         The environment is explicit (not inherited) and always carries AFB_RUN=<run id>,
-        which is how `sweep` recognises our processes after a crash.
+        which is how `sweep` recognises our processes after a crash. `masks`: absolute
+        directories hidden from the subject under an empty read-only tmpfs (needs `netns`).
         """
         if not argv:
             raise ProcError("empty argv")
+        if masks and netns is None:  # no own mount namespace: the mounts would hit the host
+            raise ProcError("masks need a netns (its mount namespace)")
+        for m in masks:
+            if not m.is_absolute():
+                raise ProcError(f"mask {m}: not an absolute path")
+            if state_dir.resolve().is_relative_to(m.resolve()):
+                raise ProcError(f"mask {m} would hide the subject's state dir {state_dir}")
         state_dir.mkdir(parents=True, exist_ok=True)
         full_env = {"PATH": DEFAULT_PATH, "HOME": str(state_dir), **(env or {})}
         full_env |= {
@@ -259,21 +314,40 @@ class SubjectLauncher:
             naming.ENV_ROLE: SUBJECT_ROLE,
             "AFB_STATE_DIR": str(state_dir),
         }
-        cmd = [self._env, "-C", str(state_dir), *argv]
+        prefix = _mask_prefix(masks) if masks else []
+        cmd = [self._env, "-C", str(state_dir), *prefix, *argv]
         if netns is not None:
             cmd = [self._ip, "netns", "exec", netns, *cmd]
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-        pid = os.posix_spawn(
-            cmd[0],
-            cmd,
-            full_env,
-            file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_OPEN, 1, str(state_dir / "stdout.log"), flags, 0o644),
-                (os.POSIX_SPAWN_OPEN, 2, str(state_dir / "stderr.log"), flags, 0o644),
-            ],
-            setsid=True,  # own session/process group: terminal signals to us don't reach it
-        )
+        actions: list[tuple[Any, ...]] = [
+            (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, str(state_dir / "stdout.log"), flags, 0o644),
+            (os.POSIX_SPAWN_OPEN, 2, str(state_dir / "stderr.log"), flags, 0o644),
+        ]
+        # os.pipe() fds are close-on-exec: only this child gets the write end, as fd 3
+        report_r, report_w = os.pipe() if masks else (-1, -1)
+        if masks:
+            actions.append((os.POSIX_SPAWN_DUP2, report_w, MASK_FD))
+        try:
+            pid = os.posix_spawn(
+                cmd[0],
+                cmd,
+                full_env,
+                file_actions=actions,
+                setsid=True,  # own session/process group: terminal signals to us don't reach it
+            )
+        finally:
+            if masks:
+                os.close(report_w)
+        if masks:
+            try:
+                _await_masks(report_r, pid)  # before anything else sees the pid
+            except ProcError:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)  # never watched: reap it here
+                raise
+            finally:
+                os.close(report_r)
         # Read the identity before the reaper may reap it: a zombie's /proc/<pid>/stat
         # is still there, a reaped pid's is not (or belongs to someone else).
         identity = process_identity(pid)
