@@ -96,8 +96,8 @@ def test_without_masks_the_same_subject_reads_the_answer(
     seen = _probe(run_id, reaper, tmp_run_dir, targets, ())
     assert seen["gold"] == hashlib.sha256(targets["gold"].read_bytes()).hexdigest()
     assert seen["cassette"] == hashlib.sha256(targets["cassette"].read_bytes()).hexdigest()
-    assert "published" in seen["vectors"]  # type: ignore[operator]
-    assert targets["gold"].parent.name in seen["task_dir"] or "gold.patch" in seen["task_dir"]  # type: ignore[operator]
+    assert isinstance(seen["vectors"], list) and "published" in seen["vectors"]
+    assert isinstance(seen["task_dir"], list) and "gold.patch" in seen["task_dir"]
 
 
 def test_the_spec_decides_what_is_hidden() -> None:
@@ -107,19 +107,18 @@ def test_the_spec_decides_what_is_hidden() -> None:
     base = SPEC.parent
     tasks = {(base / t.path).resolve() for _, t in spec.task_index().values() if t.path}
     assert tasks and tasks <= hidden
+    models = [s.config.get("model") for s in spec.subjects]
     cassettes = {
-        (base / s.config["model"]["cassettes"]).resolve()  # type: ignore[call-overload,index]
-        for s in spec.subjects
-        if isinstance(s.config.get("model"), dict) and "cassettes" in s.config["model"]  # type: ignore[operator]
+        (base / str(m["cassettes"])).resolve()
+        for m in models
+        if isinstance(m, dict) and "cassettes" in m
     }
     assert cassettes and cassettes <= hidden
     assert (ROOT / "vectors").resolve() in hidden
     assert hidden == tasks | cassettes | {(ROOT / "vectors").resolve()}
 
 
-def test_a_mask_that_fails_fails_the_launch(
-    run_id: str, reaper: Reaper, tmp_run_dir: Path
-) -> None:
+def test_a_mask_that_fails_fails_the_launch(run_id: str, reaper: Reaper, tmp_run_dir: Path) -> None:
     """A tmpfs cannot be mounted over a regular file: the launch is a ProcError (a harness
     error), never a subject running with the path visible; a missing path is skipped."""
     target = tmp_run_dir / "not-a-dir"
