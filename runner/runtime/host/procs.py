@@ -241,11 +241,14 @@ class Subject:
 MASK_FD = 3
 MASK_OK = b"masked\n"
 MASK_TIMEOUT_S = 30.0
-# "$@" is: dir... -- argv...; a missing dir has nothing to hide; any failed mount stops here
+# "$@" is: mount dir... -- argv...; a missing dir has nothing to hide; any failed mount stops
+# here. `mount` is the harness's absolute path: the subject's env may set PATH (and a relaunch
+# runs this as root after the agent had a turn).
 MASK_SCRIPT = (
+    'mnt="$1"; shift; '
     'while [ "$1" != -- ]; do '
     'if [ -e "$1" ]; then '
-    'mount -t tmpfs -o ro,nosuid,nodev,noexec,size=4k,mode=0555 afb-mask "$1" '
+    '"$mnt" -t tmpfs -o ro,nosuid,nodev,noexec,size=4k,mode=0555 afb-mask "$1" '
     '|| { echo "afb: cannot mask $1" >&2; exit 125; }; fi; '
     "shift; done; shift; "
     f'printf "masked\\n" >&{MASK_FD} && exec {MASK_FD}>&- && exec "$@"'
@@ -254,7 +257,8 @@ MASK_SCRIPT = (
 
 def _mask_prefix(masks: Sequence[Path]) -> list[str]:
     sh = shutil.which("sh") or "/bin/sh"
-    return [sh, "-c", MASK_SCRIPT, "afb-mask", *(str(m) for m in masks), "--"]
+    mount = shutil.which("mount") or "/usr/bin/mount"
+    return [sh, "-c", MASK_SCRIPT, "afb-mask", mount, *(str(m) for m in masks), "--"]
 
 
 def _await_masks(fd: int, pid: int) -> None:
