@@ -19,13 +19,13 @@ waitpid bookkeeping would race the reaper) of
 place, so the spawned pid *is* the subject; tests verify its netns and cmdline.
 
 Masks (issue 23, an agent never sees the answer): `ip netns exec` also gives the child a new
-mount namespace whose / is a recursive slave (iproute2's netns_switch: unshare(CLONE_NEWNS),
-then MS_SLAVE|MS_REC), so a mount made there never reaches the host. With `masks`, a small
-`sh -c` prefix (still root, before the subject's own argv drops privileges) mounts an empty
-read-only tmpfs over each existing masked directory, then execs the rest in place: the
-spawned pid is still the subject. It reports "masked" on a pipe (fd 3, closed before the exec,
-so the subject cannot forge it); launch() waits for that line, and a mask that failed (no line)
-is a ProcError: the subject never ran with the answer visible.
+mount namespace (iproute2's netns_switch: unshare(CLONE_NEWNS), then / made MS_SLAVE|MS_REC;
+it stays private where the host's / already is), so a mount made there never reaches the
+host. With `masks`, a small `sh -c` prefix (still root, before the subject's own argv drops
+privileges) mounts an empty read-only tmpfs over each existing masked directory, then execs
+the rest in place: the spawned pid is still the subject. It reports "masked" on a pipe (fd 3,
+closed before the exec, so the subject cannot forge it); launch() waits for that line, and a
+mask that failed (no line) is a ProcError: the subject never ran with the answer visible.
 """
 
 from __future__ import annotations
