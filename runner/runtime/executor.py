@@ -70,12 +70,17 @@ def hidden_paths(spec: Spec, spec_path: Path, root: Path | None = None) -> tuple
 
     Every task folder (its gold and tests patches), every subject's model cassette folder (the
     model's future answers) and the checkout's `vectors/` (published bundles: the reference
-    subjects' journals and ledgers carry the fixes). Oracle subjects get the same masks: their
-    answer comes from AFB_ORACLE_FILE in their state dir. Absolute, resolved, sorted, unique;
-    a folder that does not exist is kept (the launcher skips it).
+    subjects' journals and ledgers carry the fixes), and the checkout's git objects (every
+    committed patch and bundle is in them). Oracle subjects get the same masks: their answer
+    comes from AFB_ORACLE_FILE in their state dir. Absolute, resolved, sorted, unique; a folder
+    that does not exist is kept (the launcher skips it).
     """
     base = spec_base(spec_path)
-    out = {(root or project_root()).resolve() / "vectors"}
+    checkout = (root or project_root()).resolve()
+    out = {checkout / "vectors"}
+    git = git_objects_dir(checkout)
+    if git is not None:
+        out.add(git)
     for _, task in spec.task_index().values():
         if task.path is not None:
             out.add((base / task.path).resolve())
@@ -85,6 +90,30 @@ def hidden_paths(spec: Spec, spec_path: Path, root: Path | None = None) -> tuple
         if isinstance(cassettes, str):
             out.add((base / cassettes).resolve())
     return tuple(sorted(out))
+
+
+def git_objects_dir(checkout: Path) -> Path | None:
+    """The folder holding the checkout's git objects: `.git` itself, or for a worktree (whose
+    `.git` is a file naming its gitdir) the repository's common dir. None without one."""
+    dot = checkout / ".git"
+    if dot.is_dir() and not dot.is_symlink():
+        return dot
+    if not dot.is_file():
+        return None
+    try:
+        line = dot.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+    if not line.startswith("gitdir:"):
+        return None
+    gitdir = (checkout / line.removeprefix("gitdir:").strip()).resolve()
+    common = gitdir / "commondir"
+    if common.is_file():
+        try:
+            gitdir = (gitdir / common.read_text(encoding="utf-8").strip()).resolve()
+        except OSError:
+            return None
+    return gitdir if gitdir.is_dir() else None
 
 
 class MatrixRun:

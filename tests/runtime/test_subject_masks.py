@@ -18,7 +18,7 @@ import pytest
 
 from runner.evaluator.protocol.specload import load_spec
 from runner.runtime.attempt.subject import SubjectRegistry, prepare_state_dir, subject_uid
-from runner.runtime.executor import hidden_paths
+from runner.runtime.executor import git_objects_dir, hidden_paths
 from runner.runtime.host.netns import AttemptNetwork
 from runner.runtime.host.procs import ProcError, Reaper, SubjectLauncher
 
@@ -43,6 +43,7 @@ def _targets(hidden: tuple[Path, ...]) -> dict[str, Path]:
         "cassette": next(p for p in sorted(cassettes.rglob("*")) if p.is_file()),
         "vectors": ROOT / "vectors",
         "published_file": bundle,
+        "git": git_objects_dir(ROOT),  # every committed patch is in the git objects
         "spec": SPEC,  # not hidden: the subject still sees the rest of the checkout
     }
 
@@ -81,6 +82,7 @@ def test_the_subject_sees_none_of_the_hidden_paths(
 
     seen = _probe(run_id, reaper, tmp_run_dir, targets, hidden)
     assert seen["task_dir"] == [] and seen["cassette_dir"] == [] and seen["vectors"] == []
+    assert seen["git"] == []
     for name in ("gold", "tests", "cassette", "published_file"):
         assert seen[name] == "FileNotFoundError", (name, seen[name])
     assert seen["spec"] == hashlib.sha256(SPEC.read_bytes()).hexdigest()
@@ -98,10 +100,12 @@ def test_without_masks_the_same_subject_reads_the_answer(
     assert seen["cassette"] == hashlib.sha256(targets["cassette"].read_bytes()).hexdigest()
     assert isinstance(seen["vectors"], list) and "published" in seen["vectors"]
     assert isinstance(seen["task_dir"], list) and "gold.patch" in seen["task_dir"]
+    assert isinstance(seen["git"], list) and "objects" in seen["git"]
 
 
 def test_the_spec_decides_what_is_hidden() -> None:
-    """Every task folder, every subject's cassette folder and the checkout's vectors/."""
+    """Every task folder, every subject's cassette folder, the checkout's vectors/ and its git
+    objects."""
     spec = load_spec(SPEC)
     hidden = set(hidden_paths(spec, SPEC))
     base = SPEC.parent
@@ -115,7 +119,23 @@ def test_the_spec_decides_what_is_hidden() -> None:
     }
     assert cassettes and cassettes <= hidden
     assert (ROOT / "vectors").resolve() in hidden
-    assert hidden == tasks | cassettes | {(ROOT / "vectors").resolve()}
+    git = git_objects_dir(ROOT)
+    assert git is not None and git in hidden
+    assert hidden == tasks | cassettes | {(ROOT / "vectors").resolve(), git}
+
+
+def test_a_worktree_masks_the_repositorys_git_objects(tmp_path: Path) -> None:
+    """In a worktree `.git` is a file (a tmpfs cannot cover a file): its common dir is masked."""
+    repo = tmp_path / "repo" / ".git"
+    (repo / "worktrees" / "wt").mkdir(parents=True)
+    (repo / "objects").mkdir()
+    (repo / "worktrees" / "wt" / "commondir").write_text("../..\n")
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    (wt / ".git").write_text(f"gitdir: {repo / 'worktrees' / 'wt'}\n")
+    assert git_objects_dir(wt) == repo.resolve()
+    assert git_objects_dir(tmp_path / "repo") == repo
+    assert git_objects_dir(tmp_path) is None
 
 
 def test_a_mask_that_fails_fails_the_launch(run_id: str, reaper: Reaper, tmp_run_dir: Path) -> None:
