@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -114,6 +115,21 @@ def git_objects_dir(checkout: Path) -> Path | None:
         except OSError:
             return None
     return gitdir if gitdir.is_dir() else None
+
+
+def _drop_empty_journals(run_dir: Path) -> None:
+    """A journal is created by its first append; when that append never reached the disk (the
+    disk was full, the runner died between the create and the write) an empty file is left. It
+    holds no evidence (`bench verify` refuses an empty journal), so a resume removes it and the
+    attempt counts as never started. Only empty regular files: nothing written is ever touched."""
+    journals = run_dir / "journals"
+    if not journals.is_dir():
+        return
+    for name in sorted(os.listdir(journals)):
+        path = journals / name
+        st = os.lstat(path)
+        if name.endswith(".jsonl") and stat.S_ISREG(st.st_mode) and st.st_size == 0:
+            path.unlink()
 
 
 class MatrixRun:
@@ -251,9 +267,9 @@ class MatrixRun:
                 f"resolves to {ids.protocol_hash}; a run continues only under its own protocol",
                 file=str(spec_path),
             )
-        return cls(
-            spec_path, run_dir, spec, rp, workload, resolve_subjects(spec, spec_path, workload)
-        )
+        launchers = resolve_subjects(spec, spec_path, workload)
+        _drop_empty_journals(run_dir)
+        return cls(spec_path, run_dir, spec, rp, workload, launchers)
 
     # ---------------------------------------------------------------------------- evidence
 

@@ -101,3 +101,18 @@ def test_the_resumed_run_verifies(filled: dict[str, object]) -> None:
         _bench("verify", "--allow-unsigned", str(big)), capture_output=True, text=True
     )
     assert v.returncode == 0, v.stdout + v.stderr
+
+
+def test_a_resume_drops_only_empty_journals(tmp_path: Path) -> None:
+    """The empty file a failed first append leaves holds no evidence: a resume removes it (the
+    attempt counts as never started); a journal with bytes, even torn ones, is never touched."""
+    from runner.runtime.executor import _drop_empty_journals
+
+    journals = tmp_path / "journals"
+    journals.mkdir()
+    (journals / "a-a1.jsonl").write_bytes(b"")
+    (journals / "b-a1.jsonl").write_bytes(b'{"torn')
+    (journals / "notes.txt").write_bytes(b"")
+    _drop_empty_journals(tmp_path)
+    assert sorted(p.name for p in journals.iterdir()) == ["b-a1.jsonl", "notes.txt"]
+    assert (journals / "b-a1.jsonl").read_bytes() == b'{"torn'
