@@ -1,4 +1,5 @@
-"""`bench tasks check DIR`: every swe-lite task fails without its fix and passes with it."""
+"""`bench tasks check DIR`: every swe-lite task fails without its fix and passes with it;
+`bench tasks cassettes`: the swe-lite policy cassettes and their folders' digests."""
 
 from __future__ import annotations
 
