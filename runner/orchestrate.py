@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from runner.benchmarks.registry import workload_for
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.inputs import evaluator_digest, project_root
-from runner.evaluator.environment.hooks import environment_hook
 from runner.evaluator.evidence.layout import require as require_layout
 from runner.evaluator.protocol.specload import load_spec
 from runner.evaluator.publish.results import SubjectResult, evaluate_into
@@ -92,7 +91,7 @@ def evaluate_and_write(run_dir: Path, log: Log = _quiet) -> dict[str, SubjectRes
     reported and the results stand (they are what the exit code is about).
     """
     require_layout(run_dir)  # nothing unexpected (a FIFO journal would block the reader)
-    _, results = evaluate_into(run_dir, evaluator_digest(), environment_hook)
+    _, results = evaluate_into(run_dir, evaluator_digest())
     sign_if_keyed(run_dir, log)  # runner/trust/sign.py: signatures/, when a key is configured
     from runner.report import write_junit, write_report
 

@@ -61,14 +61,13 @@ def verify(
     need_run_dir(run_dir)
     from runner.cli.reading import read_run
     from runner.evaluator.core.errors import EvidenceError
-    from runner.evaluator.environment.hooks import environment_hook
 
     try:
         read_run(run_dir)  # the one entry of every reading command, before any signature
     except EvidenceError as exc:  # nothing past a refused layout is read, signatures neither
         err.print(f"[bold red]verify failed:[/] {escape(str(exc))}")
         raise typer.Exit(EXIT_INCOMPLETE) from None
-    problems = verify_run(run_dir, evaluator_digest(), environment_hook)
+    problems = verify_run(run_dir, evaluator_digest())
     if not problems:  # the views are rendered from verified results only
         from runner.report.check import view_problems
 
@@ -129,15 +128,14 @@ def compare(
     """Compare publishable scorecards, each inside its signed bundle and re-derived from its
     evidence (gated); refuse with reasons and write nothing otherwise."""
     from runner.cli.reading import read_card_bundles
-    from runner.evaluator.environment.hooks import environment_hook, environment_pair_check
     from runner.evaluator.trust.bundle import ScorecardCheck
     from runner.evaluator.trust.keys import trusted_keys as load_trusted
 
     read_card_bundles(results)  # each bundle's layout and sizes first (exit 3 naming it)
     reg = open_registry(registry, trusted_keys)
-    check = ScorecardCheck(load_trusted(trusted_keys), evaluator_digest(), environment_hook,
+    check = ScorecardCheck(load_trusted(trusted_keys), evaluator_digest(),
                            require_signature=not allow_unsigned)  # fmt: skip
-    comparison, reasons = compare_results(results, environment_pair_check, reg.retired, check)
+    comparison, reasons = compare_results(results, reg.retired, check)
     if comparison is None:
         err.print("[bold red]comparison refused[/] (no comparison artifact written):")
         for r in reasons:
@@ -221,13 +219,12 @@ def registry_add(
     """Register a publishable scorecard: only inside its bundle, signed by a trusted key and
     re-derived from the bundle's evidence (incomplete evidence is refused)."""
     from runner.cli.reading import read_card_bundles
-    from runner.evaluator.environment.hooks import environment_hook
     from runner.evaluator.trust.bundle import ScorecardCheck
     from runner.evaluator.trust.keys import trusted_keys as load_trusted
 
     read_card_bundles([scorecard])  # the bundle's layout and sizes first (exit 3 naming it)
     reg = open_registry(registry, trusted_keys, write=True, key_dir=key_dir)
-    check = ScorecardCheck(load_trusted(trusted_keys), evaluator_digest(), environment_hook)
+    check = ScorecardCheck(load_trusted(trusted_keys), evaluator_digest())
     e = reg.add(scorecard, derived_from, check)
     out.print(f"published {e.scorecard_hash}")
 

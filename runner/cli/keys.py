@@ -67,10 +67,9 @@ def keys_sign(
 
 
 def _verified(run_dir: Path) -> str | None:
-    from runner.evaluator.environment.hooks import environment_hook
     from runner.evaluator.publish.results import verify
 
-    problems = verify(run_dir, evaluator_digest(), environment_hook)
+    problems = verify(run_dir, evaluator_digest())
     return f"the run does not verify: {problems[0]}" if problems else None
 
 

@@ -24,13 +24,12 @@ def regrade(
     """Re-evaluate old evidence under this evaluator into a NEW directory (SOURCE is only read);
     each new scorecard's derived_from names the source's scorecard, for `bench registry add`."""
     from runner.cli.reading import read_run
-    from runner.evaluator.environment.hooks import environment_hook
     from runner.evaluator.publish.regrade import default_out
     from runner.evaluator.publish.regrade import regrade as regrade_run
 
     read_run(source)  # SOURCE is only read: refused whole before anything is copied
     digest = evaluator_digest()
-    done = regrade_run(source, out_dir or default_out(source, digest), digest, environment_hook)
+    done = regrade_run(source, out_dir or default_out(source, digest), digest)
     out.print(summary_table(done.results))
     for subject, old in sorted(done.derived_from.items()):
         out.print(f"{subject}: derived from {old}")

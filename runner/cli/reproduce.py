@@ -14,7 +14,6 @@ from runner.cli.app import EXIT_INCOMPLETE, EXIT_REFUSED, app, err, guarded, out
 from runner.cli.options import AllowUnsigned, Jobs, TrustedOpt, default_jobs, signature_problem
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.inputs import evaluator_digest, project_root
-from runner.evaluator.environment.hooks import environment_hook
 from runner.evaluator.publish.reproduce import reproduce as reproduce_bundle
 from runner.evaluator.publish.results import judging_evaluator
 
@@ -62,7 +61,7 @@ def reproduce(
         _other_evaluator(bundle, theirs, ours, from_history, rerun, unsigned, allow_unsigned)
         return
     out.print(f"evaluator: the bundle's ({theirs}) is this checkout's")
-    problems = reproduce_bundle(bundle, evaluator_digest(), environment_hook)
+    problems = reproduce_bundle(bundle, evaluator_digest())
     if not problems:  # the views are rendered from reproduced results only
         from runner.report.check import VIEWS, view_problems
 

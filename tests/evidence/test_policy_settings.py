@@ -67,20 +67,23 @@ def test_require_distinct_subjects(tmp_path: Path) -> None:
     assert reasons == [] and comparison is not None and len(comparison.subjects) == 2
 
 
-def test_require_environment_conformance(tmp_path: Path) -> None:
+def test_require_environment_conformance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
 
-    def refusing(cards):  # an environment check that finds the runs non-conforming
+    def refusing(cards):  # the environment stage finding the runs non-conforming
         calls.append(len(cards))
         return None, ["environment:factor_drift"]
 
+    import runner.evaluator.publish.compare as compare_mod
+
+    monkeypatch.setattr(compare_mod, "check_pairs", refusing)
     run, _ = _evaluated(tmp_path / "d")
     pair = [run / "results/a/scorecard.json", run / "results/b/scorecard.json"]
-    assert compare(pair, refusing) == (None, ["environment:factor_drift"]) and calls == [2]
+    assert compare(pair) == (None, ["environment:factor_drift"]) and calls == [2]
     lax = _spec(tmp_path, "lax.toml", "\n[comparison]\nrequire_environment_conformance = false\n")
     run2, files = _evaluated(tmp_path / "lax", lax)
     pair2 = [run2 / "results/a/scorecard.json", run2 / "results/b/scorecard.json"]
-    comparison, reasons = compare(pair2, refusing)
+    comparison, reasons = compare(pair2)
     assert reasons == [] and comparison is not None and comparison.environment_conformance is None
     assert calls == [2]  # not consulted at all
     card = json.loads(files["results/a/scorecard.json"])

@@ -257,14 +257,13 @@ def accepted(extra: Extra) -> bool:
 def check_layout(run: Path, extra: Extra, outside: Path) -> str | None:
     """Plant `extra`, verify (exit 3 naming it, or 0 for an accepted entry), remove it."""
     from runner.evaluator.core.inputs import evaluator_digest
-    from runner.evaluator.environment.hooks import environment_hook
     from runner.evaluator.publish.results import verify
 
     path = plant(run, extra, outside)
     if path is None:
         return None
     try:
-        problems = verify(run, evaluator_digest(), environment_hook)
+        problems = verify(run, evaluator_digest())
         res = cli("verify", run)
         if accepted(extra):
             return contract_problem(res, {0, 3})

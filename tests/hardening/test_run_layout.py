@@ -19,7 +19,6 @@ from runner.evaluator.core.bounded import read_bounded
 from runner.evaluator.core.canonical import canonical_bytes, parse_json
 from runner.evaluator.core.errors import EvidenceError
 from runner.evaluator.core.inputs import evaluator_digest
-from runner.evaluator.environment.hooks import environment_hook
 from runner.evaluator.evidence.journal import EvidenceStore, read_journal
 from runner.evaluator.evidence.layout import check as check_layout
 from runner.evaluator.evidence.layout import scan_layout
@@ -234,7 +233,7 @@ def test_unexpected_entries_and_broken_references_fail_verify_naming_the_path(
     res = bench("verify", run)
     assert res.exit_code == 0, res.output  # negative first: the untouched copy verifies
     mutate(run)
-    problems = verify(run, evaluator_digest(), environment_hook)
+    problems = verify(run, evaluator_digest())
     assert problems and names in problems[0], problems
     res = bench("verify", run)
     assert res.exit_code == 3, res.output

@@ -23,7 +23,6 @@ import pytest
 
 from runner.evaluator.core.canonical import digest, parse_json
 from runner.evaluator.core.inputs import evaluator_digest
-from runner.evaluator.environment.hooks import environment_hook
 from runner.evaluator.protocol import freeze as freezing
 from runner.evaluator.protocol.identities import compute
 from runner.evaluator.protocol.runfile import read_protocol
@@ -98,7 +97,7 @@ def test_published_bundle_reproduces_or_is_superseded(bundle: Path) -> None:
         return
     for path in paths:
         assert load_result(path).scorecard_hash() == digest(parse_json(path.read_bytes()))
-    problems = reproduce(bundle, evaluator_digest(), environment_hook)
+    problems = reproduce(bundle, evaluator_digest())
     assert problems == [], f"{bundle.name} does not reproduce: {problems[:3]}"
 
 

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from runner.evaluator.core.inputs import evaluator_digest
-from runner.evaluator.environment.hooks import environment_hook
 from runner.evaluator.evidence.journal import read_journal
 from runner.evaluator.publish.results import derive
 from runner.evaluator.verdict.outcomes import TerminalRecord
@@ -117,7 +116,7 @@ def run_draft(spec: Path, out: Path, *extra: str) -> tuple[subprocess.CompletedP
 
 
 def terminal_records(run_dir: Path) -> dict[str, list[TerminalRecord]]:
-    _, results, _ = derive(run_dir, evaluator_digest(), environment_hook)
+    _, results, _ = derive(run_dir, evaluator_digest())
     return {s: r.evaluation.terminal_records for s, r in results.items()}
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from runner.evaluator.core.inputs import evaluator_digest
-from runner.evaluator.environment.hooks import environment_hook
 from runner.evaluator.publish.reproduce import projection
 from runner.evaluator.publish.results import derive
 from runner.evaluator.verdict.outcomes import TerminalRecord
@@ -42,7 +41,7 @@ def _run(out: Path) -> dict[str, list[TerminalRecord]]:
     )  # fmt: skip
     assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
     (run_dir,) = list(out.iterdir())
-    _, results, _ = derive(run_dir, evaluator_digest(), environment_hook)
+    _, results, _ = derive(run_dir, evaluator_digest())
     for r in results.values():
         assert r.evaluation.proof.reason_codes == ["protocol_draft"], r.evaluation.proof
     return {s: r.evaluation.terminal_records for s, r in results.items()}

@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from runner.evaluator.core.errors import EvidenceError
@@ -56,10 +56,18 @@ class LoadedEvidence:
     """A run's evidence held in memory (positioned records and their root), e.g. for tests;
     `from_store` streams a run directory's journals instead."""
 
-    def __init__(self, entries: list[Positioned], root: str, env: list[EnvironmentRecorded]):
+    def __init__(
+        self,
+        entries: list[Positioned],
+        root: str,
+        env: list[EnvironmentRecorded],
+        blobs: Callable[[str], bytes] | None = None,
+    ):
         self._entries = entries
         self._root: str | None = root
         self.environment = env
+        # The run's blobs by address (its environment artifacts are read through this)
+        self.blobs = blobs
 
     @property
     def evidence_root_hash(self) -> str:
@@ -101,7 +109,7 @@ class StreamedEvidence(LoadedEvidence):
                 self._leaves.add(entry.leaf)
                 if isinstance(entry.record, EnvironmentRecorded):
                     env.append(entry.record)
-        super().__init__([], "", env)
+        super().__init__([], "", env, store.get_blob)
         self._root = None
 
     def cell_groups(self) -> Iterator[CellGroup]:

@@ -23,11 +23,12 @@ from pydantic import (
     model_serializer,
 )
 
+from runner.evaluator.core import reasons as R
 from runner.evaluator.core.bounded import RESULT_FILE_CAP, read_bounded
 from runner.evaluator.core.canonical import digest
 from runner.evaluator.core.errors import EvidenceError
 from runner.evaluator.core.types import Frozen
-from runner.evaluator.verdict import reasons as R
+from runner.evaluator.environment.stage import check_pairs
 
 from .load import load_result
 from .models import (
@@ -46,7 +47,6 @@ from .stats import DEFAULT_ALPHA
 from .truthfulness import sum_truth
 
 COMPARISON_SCHEMA = "afb.comparison/2"
-EnvPairCheck = Callable[[list[tuple[Path, PublishableScorecard]]], tuple[str | None, list[str]]]
 
 
 class ComparedSubject(Frozen):
@@ -91,7 +91,6 @@ class Comparison(Frozen):
 
 def compare(
     paths: list[Path],
-    env_check: EnvPairCheck | None = None,
     retired: Callable[[str], str | None] | None = None,
     check: Callable[[Path], list[str]] | None = None,
 ) -> tuple[Comparison | None, list[str]]:
@@ -122,8 +121,9 @@ def compare(
         cards.append((p, r))
     reasons += gate([c for _, c in cards])
     env_proof = None
-    if cards and env_check is not None and not reasons and needs_conformance(c for _, c in cards):
-        env_proof, env_reasons = env_check(cards)
+    if cards and not reasons and needs_conformance(c for _, c in cards):
+        # the environment stage, run here: every compared run conforms with every other
+        env_proof, env_reasons = check_pairs([(p, c.execution_environment_hash) for p, c in cards])
         reasons += env_reasons
     if reasons:
         return None, reasons

@@ -26,11 +26,11 @@ from typing import Literal
 
 from pydantic import ValidationError
 
+from runner.evaluator.core import reasons as R
 from runner.evaluator.core.bounded import JSON_INPUT_CAP, read_bounded
 from runner.evaluator.core.canonical import canonical_bytes, digest, is_digest, parse_json
 from runner.evaluator.core.errors import EvidenceError, InputError
 from runner.evaluator.core.types import Frozen
-from runner.evaluator.verdict import reasons as R
 
 from .load import load_result
 from .models import PublishableScorecard

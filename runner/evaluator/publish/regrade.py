@@ -28,17 +28,17 @@ from pathlib import Path
 from runner.evaluator.core.bounded import RESULT_FILE_CAP, read_bounded
 from runner.evaluator.core.canonical import canonical_bytes, digest, fast_digest, parse_json
 from runner.evaluator.core.errors import EvidenceError, InputError
+from runner.evaluator.environment.stage import check_environment
 from runner.evaluator.evidence.journal import JOURNALS, EvidenceStore
 from runner.evaluator.evidence.loading import LoadedEvidence
 from runner.evaluator.protocol.identities import SCHEMA_VERSIONS, policy_body
 from runner.evaluator.protocol.runfile import PROTOCOL_FILE, RunProtocol, read_protocol
-from runner.evaluator.verdict.eligibility import NO_ENVIRONMENT, evaluate_run
+from runner.evaluator.verdict.eligibility import evaluate_run
 
 from .attest import images_of
 from .results import (
     REGRADE_FILE,
     RESULTS,
-    EnvironmentHook,
     SubjectResult,
     paused_gc,
     render_results,
@@ -109,7 +109,6 @@ def regrade(
     source: Path,
     out_dir: Path,
     evaluator_digest: str,
-    environment: EnvironmentHook | None = None,
 ) -> Regraded:
     """Evaluate SOURCE's evidence with this evaluator into OUT_DIR (new; SOURCE is only read)."""
     source, out_dir = source.resolve(), out_dir.resolve()
@@ -136,8 +135,8 @@ def regrade(
         store = EvidenceStore(tmp)
         with paused_gc():
             evidence = LoadedEvidence.from_store(store)
-            env = environment(rp, evidence, store) if environment else NO_ENVIRONMENT
-            evaluations = evaluate_run(rp, evidence, evaluator_digest, env, regrading=True)
+            env = check_environment(rp, evidence)  # as evaluate_run decides, for the proof file
+            evaluations = evaluate_run(rp, evidence, evaluator_digest, regrading=True)
         for subject, (_, root) in old.items():
             if subject in evaluations and root != evidence.evidence_root_hash:
                 raise EvidenceError(

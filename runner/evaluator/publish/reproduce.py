@@ -19,7 +19,7 @@ from runner.evaluator.core.errors import EvidenceError
 from runner.evaluator.evidence.layout import check as check_layout
 from runner.evaluator.verdict.outcomes import TerminalRecord
 
-from .results import DERIVED_VIEWS, RESULTS, EnvironmentHook, derive, verify
+from .results import DERIVED_VIEWS, RESULTS, derive, verify
 
 
 def first_difference(a: Any, b: Any, path: str = "") -> str | None:
@@ -71,15 +71,13 @@ def describe(rel: str, published: bytes, derived: bytes) -> str:
 DESCRIBE_CAP = 64 << 20  # a differing published file larger than this is not read to describe
 
 
-def reproduce(
-    bundle: Path, evaluator_digest: str, environment: EnvironmentHook | None = None
-) -> list[str]:
+def reproduce(bundle: Path, evaluator_digest: str) -> list[str]:
     """Empty list when every published result re-derives byte for byte; else what differs."""
     # verify's byte differences of results files are named here again, field by field; every
     # other verify problem stands (a file merely *named* "differs" is not one of them).
     problems = [
         p
-        for p in verify(bundle, evaluator_digest, environment)
+        for p in verify(bundle, evaluator_digest)
         if not (
             p.startswith(f"{RESULTS}/") and p.endswith(": differs from what the evidence derives")
         )
@@ -88,7 +86,7 @@ def reproduce(
     if refused:  # verify named them; nothing of the bundle is read past its layout
         return problems or refused
     try:
-        _, _, derived = derive(bundle, evaluator_digest, environment)
+        _, _, derived = derive(bundle, evaluator_digest)
     except EvidenceError as exc:
         return [*problems, str(exc)] if str(exc) not in problems else problems
     # the published files as listed by lstat (no symlink, FIFO or oversized file is opened)

@@ -28,6 +28,7 @@ from runner.evaluator.core.canonical import (
     parse_json,
 )
 from runner.evaluator.core.errors import EvidenceError
+from runner.evaluator.environment.stage import NO_ENVIRONMENT, EnvironmentCheck, check_environment
 from runner.evaluator.evidence.journal import JOURNALS, EvidenceStore
 from runner.evaluator.evidence.layout import check as check_layout
 from runner.evaluator.evidence.layout import run_record_problems
@@ -39,13 +40,7 @@ from runner.evaluator.protocol.runfile import (
     read_protocol,
 )
 from runner.evaluator.protocol.subjects import subject_role
-from runner.evaluator.verdict.eligibility import (
-    NO_ENVIRONMENT,
-    EnvironmentCheck,
-    SubjectEvaluation,
-    evaluate_run,
-    evaluate_subjects,
-)
+from runner.evaluator.verdict.eligibility import SubjectEvaluation, evaluate_run, evaluate_subjects
 
 from .attest import Image, images_of, statements
 from .build import build_scorecard, incomplete_report
@@ -65,7 +60,6 @@ RESULTS = "results"
 # Derived views (runner/report) written beside the results: built from them, bound by nothing,
 # and not re-derived here; verify and reproduce pass over exactly these two paths.
 DERIVED_VIEWS = frozenset({f"{RESULTS}/report.html", f"{RESULTS}/junit.xml"})
-EnvironmentHook = Callable[[RunProtocol, LoadedEvidence, EvidenceStore], EnvironmentCheck]
 
 
 @dataclass(frozen=True)
@@ -98,24 +92,24 @@ def paused_gc() -> Iterator[None]:
 
 
 def derive(
-    run_dir: Path, evaluator_digest: str, environment: EnvironmentHook | None = None
+    run_dir: Path, evaluator_digest: str
 ) -> tuple[RunProtocol, dict[str, SubjectResult], dict[str, bytes]]:
     """Evaluate and render in memory: (protocol, per-subject results, relative path -> bytes)."""
     with paused_gc():
-        return _derive(run_dir, evaluator_digest, environment)
+        return _derive(run_dir, evaluator_digest)
 
 
 def _derive(
-    run_dir: Path, evaluator_digest: str, environment: EnvironmentHook | None
+    run_dir: Path, evaluator_digest: str
 ) -> tuple[RunProtocol, dict[str, SubjectResult], dict[str, bytes]]:
     rp = read_protocol(run_dir)
     store = EvidenceStore(run_dir, create=False)
     evidence = LoadedEvidence.from_store(store)
-    env = environment(rp, evidence, store) if environment else NO_ENVIRONMENT
+    env = check_environment(rp, evidence)  # what evaluate_run decides by, for the proof file
     # A regraded directory (publish/regrade.py) re-derives as a regrade by this evaluator; its
     # record is checked against the evidence once that is read, and written again as it was.
     regrade = _regrade_record(run_dir, rp, evaluator_digest)
-    evaluations = evaluate_run(rp, evidence, evaluator_digest, env, regrading=regrade is not None)
+    evaluations = evaluate_run(rp, evidence, evaluator_digest, regrading=regrade is not None)
     artifacts = [f"{JOURNALS}/{n}" for n in store.journal_names()] + [PROTOCOL_FILE]
     derived = None
     if regrade is not None:
@@ -292,7 +286,7 @@ def _render(
 
 
 def evaluate_into(
-    run_dir: Path, evaluator_digest: str, environment: EnvironmentHook | None = None
+    run_dir: Path, evaluator_digest: str
 ) -> tuple[RunProtocol, dict[str, SubjectResult]]:
     """`derive` + `write_results` as a stream: the same files, written as they are made, one
     subject's terminal lines held at a time (a million cells fit in memory this way, not held
@@ -303,7 +297,7 @@ def evaluate_into(
         tmp = run_dir / f".{RESULTS}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
-            rp, out = _derive_into(run_dir, evaluator_digest, environment, _writer(tmp))
+            rp, out = _derive_into(run_dir, evaluator_digest, _writer(tmp))
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -323,7 +317,6 @@ def _writer(tmp: Path) -> Callable[[str, bytes], None]:
 def _derive_into(
     run_dir: Path,
     evaluator_digest: str,
-    environment: EnvironmentHook | None,
     put: Callable[[str, bytes], None],
 ) -> tuple[RunProtocol, dict[str, SubjectResult]]:
     """`_derive`, each file handed to `put` as it is made."""
@@ -331,7 +324,7 @@ def _derive_into(
     store = EvidenceStore(run_dir, create=False)
     names = store.journal_names()  # listed once: the journals read are the artifacts named
     evidence = LoadedEvidence.from_store(store, names)
-    env = environment(rp, evidence, store) if environment else NO_ENVIRONMENT
+    env = check_environment(rp, evidence)  # what evaluate_subjects decides by, for the proof file
     regrade = _regrade_record(run_dir, rp, evaluator_digest)
     artifacts = _Artifacts(names)
     del names
@@ -339,9 +332,7 @@ def _derive_into(
     derived = None if regrade is None else regrade[1]["derived_from"]
 
     def subjects() -> Iterator[tuple[str, SubjectEvaluation]]:
-        stream = evaluate_subjects(
-            rp, evidence, evaluator_digest, env, regrading=regrade is not None
-        )
+        stream = evaluate_subjects(rp, evidence, evaluator_digest, regrading=regrade is not None)
         for n, item in enumerate(stream):
             # the evidence root is known from the first subject on
             root = evidence.evidence_root_hash
@@ -432,9 +423,7 @@ def unregistered_journals(rp: RunProtocol, journals: Iterable[str]) -> list[str]
     ]
 
 
-def verify(
-    run_dir: Path, evaluator_digest: str, environment: EnvironmentHook | None = None
-) -> list[str]:
+def verify(run_dir: Path, evaluator_digest: str) -> list[str]:
     """Recompute every hash, chain and address; return problems, the first one first.
 
     The run directory is first held against its strict layout (evidence/layout.py): an
@@ -464,7 +453,7 @@ def verify(
     if any("spec_text does not parse" in p for p in consistency):
         return problems  # nothing below can be derived from a protocol without its spec
     try:
-        _, _, files = derive(run_dir, evaluator_digest, environment)
+        _, _, files = derive(run_dir, evaluator_digest)
     except EvidenceError as exc:
         return [*problems, str(exc)]
     if not os.path.lexists(run_dir / RESULTS):

@@ -26,7 +26,7 @@ from runner.evaluator.core.errors import EvidenceError, InputError
 from runner.evaluator.evidence.layout import open_run
 from runner.evaluator.protocol.runfile import read_protocol
 from runner.evaluator.publish.reproduce import describe
-from runner.evaluator.publish.results import RESULTS, EnvironmentHook, derive, judging_evaluator
+from runner.evaluator.publish.results import RESULTS, derive, judging_evaluator
 
 from .envelope import TrustError
 from .run import RunPredicate, check_run, check_scorecard
@@ -55,13 +55,11 @@ class ScorecardCheck:
         self,
         trusted: Mapping[str, Key],
         evaluator_digest: str,
-        environment: EnvironmentHook | None = None,
         *,
         require_signature: bool = True,
     ) -> None:
         self.trusted = trusted
         self.evaluator_digest = evaluator_digest
-        self.environment = environment
         self.require_signature = require_signature
         self._runs: dict[Path, RunPredicate | TrustError] = {}
         self._layouts: dict[Path, str | None] = {}
@@ -115,7 +113,7 @@ class ScorecardCheck:
                     "cannot be re-derived here"]  # fmt: skip
         if bundle not in self._derived:
             try:
-                self._derived[bundle] = derive(bundle, self.evaluator_digest, self.environment)[2]
+                self._derived[bundle] = derive(bundle, self.evaluator_digest)[2]
             except (EvidenceError, InputError) as exc:
                 self._derived[bundle] = f"{bundle}: its evidence does not evaluate: {exc}"
         files = self._derived[bundle]

@@ -15,20 +15,21 @@ import io
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import pydantic_core
 from pydantic import ConfigDict, Field
 
+from runner.evaluator.core import reasons as R
 from runner.evaluator.core.canonical import digest, fast_digest
 from runner.evaluator.core.types import Frozen, Status
+from runner.evaluator.environment.stage import check_environment
 from runner.evaluator.evidence.hashing import jsonl_hash, terminal_line
 from runner.evaluator.evidence.loading import LoadedEvidence
 from runner.evaluator.protocol.faultkinds import NO_FAULT
 from runner.evaluator.protocol.matrix import stratum_key
 from runner.evaluator.protocol.runfile import RunProtocol, consistency_problems
 
-from . import reasons as R
 from .outcomes import TerminalRecord
 from .terminals import RegisteredIndex, TerminalSpill
 
@@ -135,23 +136,10 @@ class SubjectEvaluation:
         return [TerminalRecord.model_validate_json(line) for line in self.terminal_lines()]
 
 
-class EnvironmentCheck(NamedTuple):
-    """What the environment conformance check concluded about a run."""
-
-    proof_hash: str | None
-    execution_environment_hash: str | None
-    reasons: list[str]
-    proof: dict[str, Any] | None = None  # the conformance proof document, written with results
-
-
-NO_ENVIRONMENT = EnvironmentCheck(None, None, [])
-
-
 def evaluate_run(
     rp: RunProtocol,
     evidence: LoadedEvidence,
     current_evaluator_digest: str,
-    environment_check: EnvironmentCheck = NO_ENVIRONMENT,
     regrading: bool = False,
 ) -> dict[str, SubjectEvaluation]:
     """Decide every subject of the run. Deterministic in the evidence's content.
@@ -160,16 +148,13 @@ def evaluate_run(
     evaluator mismatch is then no reason (the proof names both digests), and neither is a policy
     hash that binds the recording evaluator's schema versions, which the caller has checked.
     """
-    return dict(
-        evaluate_subjects(rp, evidence, current_evaluator_digest, environment_check, regrading)
-    )
+    return dict(evaluate_subjects(rp, evidence, current_evaluator_digest, regrading))
 
 
 def evaluate_subjects(
     rp: RunProtocol,
     evidence: LoadedEvidence,
     current_evaluator_digest: str,
-    environment_check: EnvironmentCheck = NO_ENVIRONMENT,
     regrading: bool = False,
 ) -> Iterator[tuple[str, SubjectEvaluation]]:
     """`evaluate_run`, one subject at a time (in subject-id order): only the subject being
@@ -191,7 +176,8 @@ def evaluate_subjects(
     if any(n > 1 for n in slot_counts.values()):
         run_reasons.append(R.DUPLICATE_CELL)
     del slot_counts
-    env_proof, env_hash, env_reasons, _ = environment_check
+    # the environment stage, run here: no caller can judge a run without it
+    env_proof, env_hash, env_reasons, _ = check_environment(rp, evidence)
     run_reasons += env_reasons
 
     # Streams the evidence one cell at a time; its root and any unregistered cell are known

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic_core import to_json
 
+from runner.evaluator.core import reasons as R
 from runner.evaluator.core.types import Frozen, Status
 from runner.evaluator.evidence.loading import Positioned
 from runner.evaluator.evidence.records import (
@@ -30,8 +31,6 @@ from runner.evaluator.evidence.records import (
 from runner.evaluator.protocol.faultkinds import NO_FAULT, FaultKind
 from runner.evaluator.protocol.spec import AttemptPolicy
 from runner.evaluator.protocol.witness import WitnessContract, WitnessVerdict, evaluate_witness
-
-from . import reasons as R
 
 SUBJECT_OUTCOMES = frozenset(
     {

@@ -97,7 +97,7 @@ MISSING_STRATUM = "missing_stratum"  # :<stratum>
 COVERAGE_BELOW_FLOOR = "coverage_below_floor"
 STRATUM_BELOW_FLOOR = "stratum_below_floor"  # :<stratum>
 
-# ------------------------------------------ environment conformance (environment/hooks.py)
+# ------------------------------------------ environment conformance (environment/stage.py)
 
 ENVIRONMENT = "environment"  # :<conformance reason code>
 ENVIRONMENT_NOT_RECORDED = "environment_not_recorded"
