@@ -11,20 +11,20 @@ from hypothesis import strategies as st
 from runner.evaluator.core.canonical import CanonicalError, canonical_bytes
 from runner.evaluator.core.inputs import evaluator_digest
 from runner.evaluator.core.types import Status
-from runner.evaluator.evidence.hashing import (
-    evidence_root,
-    jsonl_hash,
-    leaf,
-    terminal_line,
-    terminal_records_hash,
-)
+from runner.evaluator.evidence.hashing import evidence_root, leaf
 from runner.evaluator.evidence.journal import line_leaf
 from runner.evaluator.evidence.loading import LoadedEvidence
 from runner.evaluator.protocol.faultkinds import NO_FAULT, injected_kinds
 from runner.evaluator.publish.build import build_scorecard
 from runner.evaluator.publish.rows import row_bytes
 from runner.evaluator.verdict.eligibility import decide_subject, evaluate_run
-from runner.evaluator.verdict.outcomes import AttemptVerdict, TerminalRecord
+from runner.evaluator.verdict.outcomes import (
+    AttemptVerdict,
+    TerminalRecord,
+    jsonl_hash,
+    terminal_line,
+    terminal_records_hash,
+)
 from tests.evidence.synth import Run
 
 EVAL = evaluator_digest()

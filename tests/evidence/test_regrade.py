@@ -16,8 +16,9 @@ from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.inputs import evaluator_digest
 from runner.evaluator.protocol.runfile import read_protocol
 from runner.evaluator.publish.registry import Registry
-from runner.evaluator.publish.regrade import policy_matches, regrade
+from runner.evaluator.publish.regrade import regrade
 from runner.evaluator.publish.results import derive
+from runner.evaluator.publish.resultschemas import policy_matches
 from tests.evidence.synth import evaluated_run
 
 EVAL = evaluator_digest()

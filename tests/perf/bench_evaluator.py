@@ -81,7 +81,7 @@ from runner.evaluator.core.canonical import (  # noqa: E402
     sha256_digest,
 )
 from runner.evaluator.core.inputs import project_root  # noqa: E402
-from runner.evaluator.evidence.hashing import evidence_root, terminal_line  # noqa: E402
+from runner.evaluator.evidence.hashing import evidence_root  # noqa: E402
 from runner.evaluator.evidence.journal import line_leaf  # noqa: E402
 from runner.evaluator.evidence.loading import LoadedEvidence  # noqa: E402
 from runner.evaluator.evidence.records import (  # noqa: E402
@@ -111,7 +111,12 @@ from runner.evaluator.publish.results import (  # noqa: E402
     write_results,
 )
 from runner.evaluator.verdict.eligibility import _cell_id, decide_subject, evaluate_run  # noqa: E402
-from runner.evaluator.verdict.outcomes import TerminalRecord, group_attempts, terminal_record  # noqa: E402
+from runner.evaluator.verdict.outcomes import (  # noqa: E402
+    TerminalRecord,
+    group_attempts,
+    terminal_line,
+    terminal_record,
+)
 from tests.evidence.synth import (  # noqa: E402
     ACTUATOR_COMPONENT,
     GOOD,

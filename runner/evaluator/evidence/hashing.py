@@ -1,5 +1,5 @@
-"""What the evidence and the terminal records hash to: the evidence root, its leaves, and the
-terminal-records hash a proof commits to.
+"""What the evidence hashes to: the evidence root and its leaves. (The terminal-records hash a
+proof commits to is the verdict's: verdict/outcomes.py, beside the record it hashes.)
 
 Every function here is on the hot path of a million-cell evaluation, so each computes the same
 digest as the canonical (RFC 8785) encoder through a faster route; the docstrings say why the
@@ -21,15 +21,9 @@ from __future__ import annotations
 import hashlib
 import tempfile
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from runner.evaluator.core.canonical import MAX_SAFE_INTEGER, fast_canonical_bytes, fast_digest
-
-if TYPE_CHECKING:  # the verdict layer's record; hashed here, never decided here
-    from runner.evaluator.verdict.outcomes import TerminalRecord
-
-TERMINAL_RECORDS_DOMAIN = b"afb.terminal-records/2\n"
-
+from runner.evaluator.core.canonical import fast_digest
 
 EVIDENCE_ROOT_DOMAIN = b"afb.evidence-root/1\n"
 SPILL_BYTES = 32 << 20  # packed leaves held in memory before a spill (about 1 M leaves)
@@ -178,42 +172,3 @@ def leaf(at_ns: str, record: dict[str, Any]) -> str:
     Reading a journal computes the same digest from the line's bytes (`journal.line_leaf`).
     """
     return fast_digest({"at_ns": at_ns, "record": record})
-
-
-def terminal_line(record: TerminalRecord) -> bytes:
-    """RFC 8785 bytes of a terminal record's JSON form (`canonical_bytes(r.model_dump(...))`).
-
-    TerminalRecord and AttemptVerdict declare their fields in sorted order and hold only
-    strings, booleans, nulls, enums, lists of strings and integers, so pydantic's compact JSON
-    writes the canonical bytes: members in order, the same string escapes as RFC 8785 (only
-    `"`, `\\` and controls below 0x20; everything else literally, as UTF-8), integers as decimal
-    digits once each is known to be within +-(2^53-1). Anything else takes the checked path.
-    """
-    ints = (record.intended_effects, record.committed_effects, record.tool_calls)
-    if all(v is None or -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER for v in ints) and all(
-        -MAX_SAFE_INTEGER <= a.attempt <= MAX_SAFE_INTEGER for a in record.attempts
-    ):
-        try:
-            return record.__pydantic_serializer__.to_json(record)
-        except ValueError:  # e.g. a lone surrogate: the checked path names it
-            pass
-    return fast_canonical_bytes(record.model_dump(mode="json"))
-
-
-def terminal_records_hash(records: Iterable[TerminalRecord]) -> str:
-    """SHA-256 over the domain tag and the records' canonical lines in cell-id order, each
-    ended by a newline: a subject's terminal-records.jsonl, hashed. Independent of the order the
-    records are given in (a subject's cell ids are unique), and computable as a stream when they
-    arrive in cell-id order, as `eligibility.decide_subject` receives them."""
-    return jsonl_hash(b"".join(terminal_line(r) + b"\n" for r in sorted(records, key=_by_cell)))
-
-
-def _by_cell(record: TerminalRecord) -> str:
-    return record.cell_id
-
-
-def jsonl_hash(jsonl: bytes) -> str:
-    """`terminal_records_hash` of records given as their terminal-records.jsonl bytes."""
-    h = hashlib.sha256(TERMINAL_RECORDS_DOMAIN)
-    h.update(jsonl)  # not concatenated: no second copy of a large subject's records
-    return "sha256:" + h.hexdigest()

@@ -13,12 +13,11 @@ from collections.abc import Collection, Iterable
 from typing import Any, Literal
 
 from runner.evaluator.core.types import Status
-from runner.evaluator.evidence.hashing import jsonl_hash
 from runner.evaluator.protocol.faultkinds import NO_FAULT
 from runner.evaluator.protocol.matrix import Slot
 from runner.evaluator.protocol.spec import Comparison as ComparisonRules
 from runner.evaluator.verdict.eligibility import SubjectEvaluation
-from runner.evaluator.verdict.outcomes import SUBJECT_OUTCOMES
+from runner.evaluator.verdict.outcomes import SUBJECT_OUTCOMES, jsonl_hash
 
 from .models import (
     CELL_HISTORY_FILE,

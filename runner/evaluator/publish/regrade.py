@@ -19,20 +19,18 @@ The freeze, the matrix, every cell and witness are judged as in any evaluation.
 
 from __future__ import annotations
 
-import itertools
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from runner.evaluator.core.bounded import RESULT_FILE_CAP, read_bounded
-from runner.evaluator.core.canonical import canonical_bytes, digest, fast_digest, parse_json
+from runner.evaluator.core.canonical import canonical_bytes, fast_digest, parse_json
 from runner.evaluator.core.errors import EvidenceError, InputError
 from runner.evaluator.environment.stage import check_environment
 from runner.evaluator.evidence.journal import JOURNALS, EvidenceStore
 from runner.evaluator.evidence.loading import LoadedEvidence
-from runner.evaluator.protocol.identities import SCHEMA_VERSIONS, policy_body
-from runner.evaluator.protocol.runfile import PROTOCOL_FILE, RunProtocol, read_protocol
+from runner.evaluator.protocol.runfile import PROTOCOL_FILE, read_protocol
 from runner.evaluator.verdict.eligibility import evaluate_run
 
 from .attest import images_of
@@ -43,15 +41,9 @@ from .results import (
     paused_gc,
     render_results,
 )
+from .resultschemas import policy_matches
 
 REGRADE_SCHEMA = "afb.regrade/1"  # read back by results._regrade_record
-# Result-schema versions an earlier evaluator may have hashed into a policy (the policy's own
-# schema and the evidence's are not relaxed: those would change what the rules mean).
-RESULT_SCHEMAS = {
-    "proof": ("afb.proof/1", "afb.proof/2", "afb.proof/3"),
-    "scorecard": ("afb.scorecard/1", "afb.scorecard/2", "afb.scorecard/3"),
-    "report": ("afb.report/1", "afb.report/2"),
-}
 
 
 @dataclass(frozen=True)
@@ -64,17 +56,6 @@ class Regraded:
 def default_out(source: Path, evaluator_digest: str) -> Path:
     """SOURCE's sibling named after this evaluator: `<name>.regraded-<12 hex>`."""
     return source.resolve().parent / f"{source.name}.regraded-{evaluator_digest[7:19]}"
-
-
-def policy_matches(rp: RunProtocol) -> bool:
-    """The spec's policy hashes to the recorded policy_hash under some known result-schema
-    versions: the rules are the frozen ones, only the result documents' versions moved."""
-    body = policy_body(rp.spec())
-    for versions in itertools.product(*RESULT_SCHEMAS.values()):
-        schemas = {**SCHEMA_VERSIONS, **dict(zip(RESULT_SCHEMAS, versions, strict=True))}
-        if digest({**body, "schema_versions": schemas}) == rp.identities.policy_hash:
-            return True
-    return False
 
 
 def _old_scorecards(source: Path) -> dict[str, tuple[str, str]]:

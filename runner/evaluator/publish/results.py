@@ -54,6 +54,7 @@ from .models import (
 )
 from .paired import CellOutcomes, cell_outcomes
 from .render import report_md, scorecard_md
+from .resultschemas import policy_matches
 from .truthfulness import truth_source
 
 RESULTS = "results"
@@ -170,8 +171,6 @@ def _regrade_record(
         # a regrade judges old evidence: the run's own evaluator has nothing to regrade
         and record.get("evaluator_digest") != rp.identities.evaluator_digest
     )
-    from .regrade import policy_matches  # regrade builds on this module
-
     ok = ok and policy_matches(rp)  # evaluate_run waives policy-version drift only after this
     if not ok:
         raise EvidenceError(f"{RESULTS}/{REGRADE_FILE}: not a regrade record of this run")

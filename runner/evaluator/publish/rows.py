@@ -18,7 +18,7 @@ from .models import RowsFile
 
 def parse_line(line: bytes) -> Any:
     """A terminal line as plain JSON: they are the evaluator's own canonical TerminalRecord JSON
-    (hashing.terminal_line), so their values are in the domain `row_bytes` relies on."""
+    (outcomes.terminal_line), so their values are in the domain `row_bytes` relies on."""
     return pydantic_core.from_json(line)
 
 
@@ -27,7 +27,7 @@ def row_bytes(row: dict[str, Any]) -> bytes:
     of every object inside it) inserted in sorted key order.
 
     pydantic's JSON keeps insertion order and writes strings as RFC 8785 does (see
-    hashing.terminal_line). The row's strings and integers come from canonical lines (valid
+    outcomes.terminal_line). The row's strings and integers come from canonical lines (valid
     UTF-8, within +-(2^53-1)); a top-level float is written directly when it is non-integral
     within 1e-4 <= |v| < 1e16 (the same shortest digits as RFC 8785 there; property-tested),
     as an integer when integral and safe. Anything else takes the checked path.

@@ -24,13 +24,12 @@ from runner.evaluator.core import reasons as R
 from runner.evaluator.core.canonical import digest, fast_digest
 from runner.evaluator.core.types import Frozen, Status
 from runner.evaluator.environment.stage import check_environment
-from runner.evaluator.evidence.hashing import jsonl_hash, terminal_line
 from runner.evaluator.evidence.loading import LoadedEvidence
 from runner.evaluator.protocol.faultkinds import NO_FAULT
 from runner.evaluator.protocol.matrix import stratum_key
 from runner.evaluator.protocol.runfile import RunProtocol, consistency_problems
 
-from .outcomes import TerminalRecord
+from .outcomes import TerminalRecord, jsonl_hash, terminal_line
 from .terminals import RegisteredIndex, TerminalSpill
 
 PROOF_SCHEMA = "afb.proof/3"
@@ -232,7 +231,7 @@ def _facts_of_record(t: TerminalRecord) -> Facts:
 
 
 def _facts_of_lines(jsonl: bytes) -> Iterator[Facts]:
-    """The facts of terminal lines this process wrote (`hashing.terminal_line` of valid
+    """The facts of terminal lines this process wrote (`outcomes.terminal_line` of valid
     TerminalRecords), read as plain JSON: the same values as the records' fields."""
     for line in io.BytesIO(jsonl):
         t = pydantic_core.from_json(line)

@@ -7,6 +7,7 @@ so permuting them changes nothing.
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from typing import Any
 from pydantic_core import to_json
 
 from runner.evaluator.core import reasons as R
+from runner.evaluator.core.canonical import MAX_SAFE_INTEGER, fast_canonical_bytes
 from runner.evaluator.core.types import Frozen, Status
 from runner.evaluator.evidence.loading import Positioned
 from runner.evaluator.evidence.records import (
@@ -43,7 +45,7 @@ SUBJECT_OUTCOMES = frozenset(
 
 
 # Both models declare their fields in RFC 8785 member order (sorted keys), so pydantic's own
-# compact JSON is their canonical line (hashing.terminal_line; a test holds this).
+# compact JSON is their canonical line (terminal_line below; a test holds this).
 
 
 class AttemptVerdict(Frozen):
@@ -403,3 +405,47 @@ def terminal_record(
         wall_ns=ended.wall_ns if ended else None,
         scorer_version=grade.scorer_version if grade else None,
     )
+
+
+# --------------------------------------------- a terminal record's line and the records' hash
+
+TERMINAL_RECORDS_DOMAIN = b"afb.terminal-records/2\n"
+
+
+def terminal_line(record: TerminalRecord) -> bytes:
+    """RFC 8785 bytes of a terminal record's JSON form (`canonical_bytes(r.model_dump(...))`).
+
+    TerminalRecord and AttemptVerdict declare their fields in sorted order and hold only
+    strings, booleans, nulls, enums, lists of strings and integers, so pydantic's compact JSON
+    writes the canonical bytes: members in order, the same string escapes as RFC 8785 (only
+    `"`, `\\` and controls below 0x20; everything else literally, as UTF-8), integers as decimal
+    digits once each is known to be within +-(2^53-1). Anything else takes the checked path.
+    """
+    ints = (record.intended_effects, record.committed_effects, record.tool_calls)
+    if all(v is None or -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER for v in ints) and all(
+        -MAX_SAFE_INTEGER <= a.attempt <= MAX_SAFE_INTEGER for a in record.attempts
+    ):
+        try:
+            return record.__pydantic_serializer__.to_json(record)
+        except ValueError:  # e.g. a lone surrogate: the checked path names it
+            pass
+    return fast_canonical_bytes(record.model_dump(mode="json"))
+
+
+def terminal_records_hash(records: Iterable[TerminalRecord]) -> str:
+    """SHA-256 over the domain tag and the records' canonical lines in cell-id order, each
+    ended by a newline: a subject's terminal-records.jsonl, hashed. Independent of the order the
+    records are given in (a subject's cell ids are unique), and computable as a stream when they
+    arrive in cell-id order, as `eligibility.decide_subject` receives them."""
+    return jsonl_hash(b"".join(terminal_line(r) + b"\n" for r in sorted(records, key=_by_cell)))
+
+
+def _by_cell(record: TerminalRecord) -> str:
+    return record.cell_id
+
+
+def jsonl_hash(jsonl: bytes) -> str:
+    """`terminal_records_hash` of records given as their terminal-records.jsonl bytes."""
+    h = hashlib.sha256(TERMINAL_RECORDS_DOMAIN)
+    h.update(jsonl)  # not concatenated: no second copy of a large subject's records
+    return "sha256:" + h.hexdigest()

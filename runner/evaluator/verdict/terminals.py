@@ -30,12 +30,12 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import IO, Any
 
-from runner.evaluator.evidence.hashing import SPILL_BYTES, EvidenceRoot, Export, terminal_line
+from runner.evaluator.evidence.hashing import SPILL_BYTES, EvidenceRoot, Export
 from runner.evaluator.evidence.loading import CellGroup, LoadedEvidence, StreamedEvidence
 from runner.evaluator.protocol.matrix import Slot, cell_id
 from runner.evaluator.protocol.runfile import RunProtocol
 
-from .outcomes import TerminalRecord, _Attempt, group_attempts, terminal_record
+from .outcomes import TerminalRecord, _Attempt, group_attempts, terminal_line, terminal_record
 
 Registered = Iterator[tuple[str, str, Slot]]  # (cell id, subject id, slot), by cell id
 INDEX_BYTES = 5  # a registration's index beside its cell id's 32 digest bytes
