@@ -1,4 +1,5 @@
-"""Dependencies point one way: cli -> (runtime, benchmarks, imagebuild) -> evaluator.
+"""Dependencies point one way: cli -> (runtime, benchmarks, imagebuild) -> evaluator, and inside
+the evaluator core < protocol < evidence < environment < verdict < publish < trust.
 
 The evaluator never imports the runtime, the CLI or a benchmark (doing is separate from
 judging, and `evaluator_digest` must cover everything a decision depends on); the runtime never
@@ -115,6 +116,65 @@ def test_a_planted_upward_import_is_caught(tmp_path: Path, where: str, line: str
     )
     (tmp_path / where).write_text(line)
     found = violations(tmp_path)
+    assert len(found) >= 1 and all(f.startswith(where) for f in found), found
+
+
+# The evaluator's stages, lowest first: a module imports only its own stage and those below it.
+# environment sits below verdict: eligibility runs the conformance stage itself (no hook).
+EVALUATOR = "runner.evaluator"
+EVALUATOR_ORDER = ("core", "protocol", "evidence", "environment", "verdict", "publish", "trust")
+
+
+def stage_of(module: str) -> int | None:
+    """A module's stage index in EVALUATOR_ORDER (None: not inside a stage, e.g. schemas.py)."""
+    parts = module.split(".")
+    if parts[:2] != EVALUATOR.split(".") or len(parts) < 3 or parts[2] not in EVALUATOR_ORDER:
+        return None
+    return EVALUATOR_ORDER.index(parts[2])
+
+
+def evaluator_climbs(root: Path = ROOT) -> list[str]:
+    out = []
+    for f in sorted(root.joinpath(*EVALUATOR.split(".")).rglob("*.py")):
+        here = stage_of(module_name(f, root))
+        if here is None:
+            continue
+        for name in imports_of(f, root):
+            there = stage_of(name)
+            if there is not None and there > here:
+                out.append(f"{f.relative_to(root)} imports {name}")
+    return out
+
+
+def test_evaluator_stages_import_only_downwards() -> None:
+    folder = ROOT / "runner" / "evaluator"
+    assert {p.name for p in folder.iterdir() if p.is_dir() and p.name != "__pycache__"} == set(
+        EVALUATOR_ORDER
+    )  # a new stage is placed in the order, not left unchecked
+    assert evaluator_climbs() == []
+
+
+@pytest.mark.parametrize(
+    ("where", "line"),
+    [
+        ("runner/evaluator/core/planted.py", "from runner.evaluator.protocol import spec\n"),
+        ("runner/evaluator/evidence/planted.py", "from ..verdict.outcomes import TerminalRecord\n"),
+        ("runner/evaluator/verdict/planted.py", "import runner.evaluator.publish.results\n"),
+        ("runner/evaluator/environment/planted.py", "from runner.evaluator import verdict\n"),
+        ("runner/evaluator/publish/planted.py", "from runner.evaluator.trust import bundle\n"),
+    ],
+)
+def test_a_planted_climb_between_evaluator_stages_is_caught(
+    tmp_path: Path, where: str, line: str
+) -> None:
+    import shutil
+
+    shutil.copytree(
+        ROOT / "runner", tmp_path / "runner", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    assert evaluator_climbs(tmp_path) == []
+    (tmp_path / where).write_text(line)
+    found = evaluator_climbs(tmp_path)
     assert len(found) >= 1 and all(f.startswith(where) for f in found), found
 
 
