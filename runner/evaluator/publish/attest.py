@@ -6,7 +6,7 @@ its bytes; its predicate binds what the scorecard was judged under: the protocol
 the evidence root, the environment conformance proof and the sandbox image(s) the run's
 environment artifacts name. The statement file itself is unsigned (it is a derived result, the
 same on every machine); the runner signs its bytes as a DSSE envelope beside the evidence,
-signatures/<subject>.scorecard.dsse.json (runner/trust/sign.py; checked by
+signatures/<subject>.scorecard.dsse.json (runner/signing/sign.py; checked by
 runner/evaluator/trust/run.py).
 
 Statement layout: https://github.com/in-toto/attestation/blob/main/spec/v1/statement.md
