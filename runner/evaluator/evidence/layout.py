@@ -52,6 +52,7 @@ from runner.evaluator.core.bounded import (
 )
 from runner.evaluator.core.canonical import is_digest, sha256_digest
 from runner.evaluator.core.errors import EvidenceError, shorten
+from runner.evaluator.core.filesets import compare_sets
 from runner.evaluator.protocol.runfile import PROTOCOL_FILE, RunProtocol
 
 from .journal import BLOBS, JOURNALS
@@ -321,12 +322,15 @@ def references(run_dir: Path, layout: Layout) -> References:
 def reference_problems(run_dir: Path, layout: Layout, refs: References) -> list[str]:
     """Referenced blobs present and at their address, nothing unreferenced; tails recorded."""
     problems: list[str] = []
-    for hexname, where in sorted(refs.blobs.items()):
-        if hexname not in layout.blobs:
-            problems.append(f"{BLOBS}/{hexname}: missing (named by {where})")
-    for hexname in sorted(layout.blobs):
+    blobs = compare_sets(refs.blobs, layout.blobs)
+    for hexname, side in blobs:  # the missing first, then what is there
+        if side == "expected":
+            problems.append(f"{BLOBS}/{hexname}: missing (named by {refs.blobs[hexname]})")
+    for hexname, side in blobs:
         rel = f"{BLOBS}/{hexname}"
-        if hexname not in refs.blobs:
+        if side == "expected":
+            continue
+        if side == "present":
             problems.append(f"{rel}: no journal record names this blob (unexpected file)")
             continue
         try:

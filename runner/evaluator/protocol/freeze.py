@@ -26,10 +26,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from runner.evaluator.core.bounded import JSON_INPUT_CAP, read_bounded
-from runner.evaluator.core.canonical import canonical_bytes, digest, parse_json
+from runner.evaluator.core.appendlog import append_record, read_chain
+from runner.evaluator.core.canonical import canonical_bytes, digest
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.types import Frozen
 
@@ -77,22 +77,10 @@ def read_log(spec_path: Path, anchor: Anchor | None = None) -> list[FreezeRecord
         anchor(path)  # before a record is believed (a draft's absent log passes: no head)
     if not path.exists():
         return []
-    records: list[FreezeRecord] = []
-    previous: str | None = None
-    data = read_bounded(path, JSON_INPUT_CAP)  # a FIFO or a huge file is refused, not read
-    for n, line in enumerate(data.splitlines(), start=1):
-        try:
-            rec = FreezeRecord.model_validate(parse_json(line))
-        except (ValueError, ValidationError) as exc:
-            raise InputError(f"damaged freeze record: {exc}", file=str(path), line=n) from exc
-        problem = _tampered(rec, line, records)
-        if problem:
-            raise InputError(f"damaged freeze record: {problem}", file=str(path), line=n)
-        if rec.previous_record != previous:
-            raise InputError("freeze log chain is broken here", file=str(path), line=n)
-        previous = digest(rec.model_dump(mode="json"))
-        records.append(rec)
-    return records
+    return read_chain(
+        path, FreezeRecord, lambda r: r.previous_record, _tampered,
+        what="freeze record", chain="freeze log chain",
+    )  # fmt: skip
 
 
 def _tampered(rec: FreezeRecord, line: bytes, before: list[FreezeRecord]) -> str | None:
@@ -138,15 +126,7 @@ def locked(spec_path: Path) -> Iterator[None]:
 
 
 def _append(spec_path: Path, rec: FreezeRecord) -> None:
-    path = log_path(spec_path)
-    line = canonical_bytes(rec.model_dump(mode="json")) + b"\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        if os.write(fd, line) != len(line):
-            raise OSError(f"{path}: short write")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    append_record(log_path(spec_path), rec.model_dump(mode="json"))
 
 
 def _now() -> str:

@@ -27,8 +27,8 @@ from typing import Literal
 from pydantic import ValidationError
 
 from runner.evaluator.core import reasons as R
-from runner.evaluator.core.bounded import JSON_INPUT_CAP, read_bounded
-from runner.evaluator.core.canonical import canonical_bytes, digest, is_digest, parse_json
+from runner.evaluator.core.appendlog import append_record, read_chain
+from runner.evaluator.core.canonical import digest, is_digest
 from runner.evaluator.core.errors import EvidenceError, InputError
 from runner.evaluator.core.types import Frozen
 
@@ -60,6 +60,10 @@ class RegistryEntry(Frozen):
         return self.model_copy(update={"record_hash": digest(self.body())})
 
 
+def _edited(e: RegistryEntry, line: bytes, before: list[RegistryEntry]) -> str | None:
+    return "the entry was edited (record_hash)" if e.record_hash != digest(e.body()) else None
+
+
 Anchor = Callable[[Path], object]  # raises (TrustError) when the log is not its signed head
 Sealer = Callable[[Path], object]  # re-signs the log's head after an append
 Check = Callable[[Path], list[str]]  # why a scorecard is refused (empty: accepted)
@@ -85,23 +89,10 @@ class Registry:
             return []
         if self.anchor is not None:
             self.anchor(self.path)
-        out: list[RegistryEntry] = []
-        prev = None
-        data = read_bounded(self.path, JSON_INPUT_CAP)  # a FIFO or a huge file is refused
-        for n, line in enumerate(data.splitlines(), start=1):
-            try:
-                e = RegistryEntry.model_validate(parse_json(line))
-            except (ValueError, ValidationError) as exc:
-                raise InputError(
-                    f"damaged registry entry: {exc}", file=str(self.path), line=n
-                ) from exc
-            if e.previous != prev:
-                raise InputError("registry chain is broken here", file=str(self.path), line=n)
-            if e.record_hash != digest(e.body()):
-                raise InputError("registry entry was edited", file=str(self.path), line=n)
-            prev = digest(e.model_dump(mode="json"))
-            out.append(e)
-        return out
+        return read_chain(
+            self.path, RegistryEntry, lambda e: e.previous, _edited,
+            what="registry entry", chain="registry chain",
+        )  # fmt: skip
 
     def state(self) -> dict[str, RegistryEntry]:
         """Latest entry per scorecard hash."""
@@ -147,14 +138,7 @@ class Registry:
     def _append(self, e: RegistryEntry) -> RegistryEntry:
         e = e.sealed()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        line = canonical_bytes(e.model_dump(mode="json")) + b"\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            if os.write(fd, line) != len(line):
-                raise OSError(f"{self.path}: short write")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        append_record(self.path, e.model_dump(mode="json"))
         if self.sealer is not None:
             self.sealer(self.path)
         return e

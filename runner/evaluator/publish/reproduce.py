@@ -16,6 +16,7 @@ from typing import Any
 from runner.evaluator.core.bounded import read_bounded
 from runner.evaluator.core.canonical import canonical_bytes, parse_json
 from runner.evaluator.core.errors import EvidenceError
+from runner.evaluator.core.filesets import compare_sets
 from runner.evaluator.evidence.layout import check as check_layout
 from runner.evaluator.verdict.outcomes import TerminalRecord
 
@@ -94,10 +95,10 @@ def reproduce(bundle: Path, evaluator_digest: str) -> list[str]:
     published = {rel: n for rel, n in published.items() if rel not in DERIVED_VIEWS}
     if not published:
         problems.append(f"{RESULTS}/: the bundle publishes no result")
-    for rel in sorted(set(published) | set(derived)):
-        if rel not in derived:
+    for rel, side in compare_sets(derived, published):
+        if side == "present":
             problems.append(f"{rel}: published but not derivable from the evidence")
-        elif rel not in published:
+        elif side == "expected":
             problems.append(f"{rel}: derivable but not in the bundle")
         elif published[rel] > max(len(derived[rel]), DESCRIBE_CAP):
             problems.append(

@@ -28,6 +28,7 @@ from runner.evaluator.core.canonical import (
     parse_json,
 )
 from runner.evaluator.core.errors import EvidenceError
+from runner.evaluator.core.filesets import compare_sets
 from runner.evaluator.environment.stage import NO_ENVIRONMENT, EnvironmentCheck, check_environment
 from runner.evaluator.evidence.journal import JOURNALS, EvidenceStore
 from runner.evaluator.evidence.layout import check as check_layout
@@ -461,10 +462,10 @@ def verify(run_dir: Path, evaluator_digest: str) -> list[str]:
     # derived under its name, is refused by its lstat size alone; only an equal-sized
     # candidate is read (bounded), one at a time.
     present = {rel for rel in layout.results if rel not in DERIVED_VIEWS}
-    for rel in sorted(present | set(files)):
-        if rel not in files:
+    for rel, side in compare_sets(files, present):
+        if side == "present":
             problems.append(f"{rel}: not derivable from the evidence (unexpected file)")
-        elif rel not in present:
+        elif side == "expected":
             problems.append(f"{rel}: missing")
         elif layout.result_sizes[rel] != len(files[rel]):
             problems.append(f"{rel}: differs from what the evidence derives")

@@ -29,6 +29,7 @@ from pydantic import Field, ValidationError
 from securesystemslib.signer import Key  # type: ignore[attr-defined]  # public, no __all__
 
 from runner.evaluator.core.bounded import sha256_bounded
+from runner.evaluator.core.filesets import compare_sets
 from runner.evaluator.core.types import Digest, Frozen
 from runner.evaluator.publish.attest import FILE_NAME as STATEMENT_FILE
 from runner.evaluator.publish.attest import PREDICATE_TYPE as SCORECARD_PREDICATE
@@ -141,10 +142,10 @@ def check_run(run_dir: Path, trusted: Mapping[str, Key]) -> RunPredicate:
     listed = parse_manifest(data, str(run_dir / MANIFEST))
     actual = dict(_walk(run_dir))
     problems: list[str] = []
-    for rel in sorted(set(listed) | set(actual)):
-        if rel not in actual:
+    for rel, side in compare_sets(listed, actual):
+        if side == "expected":
             problems.append(f"{rel}: signed but missing")
-        elif rel not in listed:
+        elif side == "present":
             problems.append(f"{rel}: not signed (added after signing)")
         elif file_sha256(actual[rel]) != listed[rel]:
             problems.append(f"{rel}: changed since it was signed")
