@@ -88,6 +88,7 @@ class StreamedEvidence(LoadedEvidence):
 
     def __init__(self, store: EvidenceStore, names: list[str] | None = None) -> None:
         self._leaves: EvidenceRoot | None = EvidenceRoot()
+        self.run_dir = store.run_dir
         self._dir = store.run_dir / JOURNALS
         self._attempts: list[str] = []  # attempt journals' stems, in name order
         env: list[EnvironmentRecorded] = []
