@@ -156,3 +156,33 @@ def test_the_scorecards_carry_it_and_verify_re_derives_it(run: Path) -> None:
     assert "what the framework told the model" in html and "what each framework told" in html
     proc = bench("verify", "--allow-unsigned", str(run))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("parallel_from", [1, 10**9], ids=["workers", "one-process"])
+def test_findings_are_derived_in_the_reading_pass(
+    run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parallel_from: int
+) -> None:
+    """The evaluation derives the findings from the records it already read (in the workers or
+    in one process): reading a journal again fails it here, and every result file is the same."""
+    from runner.evaluator.publish.results import evaluate_into
+    from runner.evaluator.publish.truthfulness import TruthReader
+    from runner.evaluator.verdict import terminals
+
+    def read_again(*_: object) -> None:
+        raise AssertionError("a journal read a second time")
+
+    monkeypatch.setattr(TruthReader, "cell", read_again)
+    monkeypatch.setattr(terminals, "PARALLEL_FROM", parallel_from)
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    evaluate_into(copy, read_protocol(copy).identities.evaluator_digest)
+    for subject in ("mini-swe-agent", "blind-retry"):
+        for name in ("scorecard.json", "cell-scores.jsonl", "terminal-records.jsonl"):
+            rel = f"results/{subject}/{name}"
+            assert (copy / rel).read_bytes() == (run / rel).read_bytes(), rel
+    assert (
+        json.loads((copy / "results/mini-swe-agent/scorecard.json").read_text())["truthfulness"][
+            "overall"
+        ]["exposed_irreversible_cells"]
+        == 2
+    )

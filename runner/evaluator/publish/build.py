@@ -7,6 +7,7 @@ lines are the ones the proof commits to.
 
 from __future__ import annotations
 
+import io
 import statistics
 from collections import defaultdict
 from collections.abc import Collection, Iterable
@@ -18,6 +19,7 @@ from runner.evaluator.protocol.matrix import Slot
 from runner.evaluator.protocol.spec import Comparison as ComparisonRules
 from runner.evaluator.verdict.eligibility import SubjectEvaluation
 from runner.evaluator.verdict.outcomes import SUBJECT_OUTCOMES, jsonl_hash
+from runner.evaluator.verdict.told import parse_truth_line
 
 from .models import (
     CELL_HISTORY_FILE,
@@ -184,6 +186,13 @@ def build_scorecard(
     scorers: set[str] = set()
     groups: dict[tuple[str, str, int], list[bool]] = defaultdict(list)  # replicate verdicts
     replicated = any(s.replicate for s in slots)  # held only for [matrix] replicates > 1
+    # the truthfulness findings, in cell-id order like the terminal lines (verdict/told.py)
+    derived = (
+        None
+        if truth is None or ev.truth_jsonl is None
+        else (parse_truth_line(x) for x in io.BytesIO(ev.truth_jsonl))
+    )
+    derived_next = None if derived is None else next(derived, None)
     for line in ev.terminal_lines():
         t = parse_line(line)
         if t["status"] is None:
@@ -227,14 +236,21 @@ def build_scorecard(
             )
         if truth is not None:
             told_by[t["stratum"]]  # every stratum is listed, with or without findings
-            if truth.needs(index[t["slot_id"]].schedule.trigger, status, faulted, dup):
+            found = None
+            if derived is not None:  # the findings derived with the terminal records
+                if derived_next is not None and derived_next[0] == t["cell_id"]:
+                    found = derived_next[1]
+                    derived_next = next(derived, None)
+            elif truth.needs(index[t["slot_id"]].schedule.trigger, status, faulted, dup):
                 n = terminal_attempt(t)
                 found = truth.reader.cell(t["cell_id"], n) if n is not None else None
-                if found is not None:
-                    told_all.add(found)
-                    told_by[t["stratum"]].add(found)
+            if found is not None:
+                told_all.add(found)
+                told_by[t["stratum"]].add(found)
         if t["scorer_version"]:
             scorers.add(t["scorer_version"])
+    if derived_next is not None:  # a finding of no terminal line: the pass that made both erred
+        raise ValueError(f"truthfulness findings of cell {derived_next[0]} have no terminal line")
     data, scores_file = rows_file(CELL_SCORES_FILE, rows)
     del rows
 

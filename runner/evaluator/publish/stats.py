@@ -144,8 +144,10 @@ def median_interval(values: Sequence[float]) -> Interval | None:
     if n == 0:
         return None
     best: int | None = None
+    # the binomial CDF at every k at once (the same values, elementwise, as one call per k)
+    cdf = stats.binom.cdf(np.arange(n + 1), n, 0.5)
     for j in range(1, n // 2 + 1):  # coverage P(j <= B < n+1-j), B ~ Binomial(n, 1/2)
-        coverage = float(stats.binom.cdf(n - j, n, 0.5) - stats.binom.cdf(j - 1, n, 0.5))
+        coverage = float(cdf[n - j] - cdf[j - 1])
         if coverage >= CONFIDENCE:
             best = j
         else:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import pydantic_core
@@ -122,6 +122,10 @@ class SubjectEvaluation:
     # (`terminal_jsonl` is empty) and are asked for in vain; an eligible subject's are in
     # results/<subject>/terminal-records.jsonl.
     held: bool = True
+    # The truthfulness findings of its cells that have any (verdict/told.py `truth_line`s, in
+    # cell-id order), derived with the terminal records; None when they were not (evidence held
+    # in memory: then `publish/truthfulness.TruthReader` reads them from the run directory).
+    truth_jsonl: bytes | None = None
 
     def terminal_lines(self) -> Iterator[bytes]:
         """Each record's canonical line, without its newline, in cell-id order."""
@@ -185,11 +189,12 @@ def evaluate_subjects(
         if spill.unregistered:
             run_reasons.append(R.UNREGISTERED_CELL)
         for subject_id, shash in sorted(ids.subject_config_hashes.items()):
-            yield subject_id, _decide(
+            ev = _decide(
                 rp, subject_id, shash, spill.jsonl(subject_id), _facts_of_lines, run_reasons,
                 evidence.evidence_root_hash, frozen, current_evaluator_digest, env_proof,
                 env_hash,
             )  # fmt: skip
+            yield subject_id, replace(ev, truth_jsonl=spill.truth_jsonl(subject_id))
 
 
 def decide_subject(

@@ -23,9 +23,13 @@ from runner.evaluator.evidence.records import (
     ActuatorReceipt,
     AttemptEnded,
     AttemptStarted,
+    EffectCall,
     GraderResult,
     HarnessError,
     LifecycleTransition,
+    ModelExchange,
+    Record,
+    SubjectExit,
     ToolCallCount,
     TriggerReached,
     WitnessObservation,
@@ -89,6 +93,8 @@ class _Attempt:
     grades: list[GraderResult] = field(default_factory=list)
     calls: list[ToolCallCount] = field(default_factory=list)
     errors: list[HarnessError] = field(default_factory=list)
+    # what the truthfulness rule reads (verdict/told.py), in journal order
+    told: list[Record] = field(default_factory=list)
 
 
 def group_attempts(entries: Iterable[Positioned]) -> dict[str, dict[int, _Attempt]]:
@@ -106,6 +112,7 @@ def group_attempts(entries: Iterable[Positioned]) -> dict[str, dict[int, _Attemp
             a.ended.append(rec)
         elif isinstance(rec, TriggerReached):
             a.triggers.append(rec)
+            a.told.append(rec)
         elif isinstance(rec, ActuatorReceipt):
             a.receipts.append(rec)
         elif isinstance(rec, WitnessObservation):
@@ -115,6 +122,9 @@ def group_attempts(entries: Iterable[Positioned]) -> dict[str, dict[int, _Attemp
             a.lifecycle.append((journal, seq, rec.state))
         elif isinstance(rec, GraderResult):
             a.grades.append(rec)
+            a.told.append(rec)
+        elif isinstance(rec, ModelExchange | EffectCall | SubjectExit):
+            a.told.append(rec)
         elif isinstance(rec, ToolCallCount):
             a.calls.append(rec)
         elif isinstance(rec, HarnessError):

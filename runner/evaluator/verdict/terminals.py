@@ -32,10 +32,12 @@ from typing import IO, Any
 
 from runner.evaluator.evidence.hashing import SPILL_BYTES, EvidenceRoot, Export
 from runner.evaluator.evidence.loading import CellGroup, LoadedEvidence, StreamedEvidence
+from runner.evaluator.protocol.faultkinds import NO_FAULT
 from runner.evaluator.protocol.matrix import Slot, cell_id
 from runner.evaluator.protocol.runfile import RunProtocol
 
 from .outcomes import TerminalRecord, _Attempt, group_attempts, terminal_line, terminal_record
+from .told import derive_cell, ledger_items, needs_truth, truth_line
 
 Registered = Iterator[tuple[str, str, Slot]]  # (cell id, subject id, slot), by cell id
 INDEX_BYTES = 5  # a registration's index beside its cell id's 32 digest bytes
@@ -100,6 +102,9 @@ class TerminalSpill:
 
     def __init__(self) -> None:
         self._files: dict[str, list[IO[bytes]]] = {}
+        # each subject's truthfulness findings (verdict/told.py), in cell-id order; None when
+        # not derived (no run directory to read ledgers from, or duplicates not scored)
+        self._truth: dict[str, list[IO[bytes]]] | None = None
         self._dir: str | None = None  # the workers' files, when read in parallel
         self.unregistered = False  # the evidence holds a cell the protocol does not register
 
@@ -116,9 +121,12 @@ class TerminalSpill:
                     spill._derive_parallel(rp, evidence, registered)
                     return spill
                 registered = registered.cells()
+            policy = _Policy(rp, evidence)
+            if policy.truth:
+                spill._truth = {}
             cells = ((c, s, _facts(slot)) for c, s, slot in registered)
             joined = _join(cells, evidence.cell_groups(), spill)
-            _derive(_Policy(rp), joined, spill._file)
+            _derive(policy, joined, spill._file, spill._truth_file)
         except BaseException:
             spill.close()
             raise
@@ -153,7 +161,10 @@ class TerminalSpill:
                         chunk = []
                 pickle.dump(chunk, fh, pickle.HIGHEST_PROTOCOL)
         global _WORK
-        _WORK = (_Policy(rp), table, evidence, evidence.ranges(bounds), self._dir)
+        policy = _Policy(rp, evidence)
+        if policy.truth:
+            self._truth = {}
+        _WORK = (policy, table, evidence, evidence.ranges(bounds), self._dir)
         try:
             # (a worker that dies, e.g. killed for memory, breaks the pool: an error, not a hang)
             context = multiprocessing.get_context("fork")
@@ -171,12 +182,37 @@ class TerminalSpill:
             for subject_id in subjects:
                 path = Path(self._dir) / f"{w}-{subject_id}"
                 self._files.setdefault(subject_id, []).append(open(path, "rb"))  # noqa: SIM115
+                truth = path.with_name(path.name + ".truth")
+                if self._truth is not None and truth.exists():
+                    self._truth.setdefault(subject_id, []).append(open(truth, "rb"))  # noqa: SIM115
         evidence.complete(parts)
 
     def _file(self, subject_id: str) -> IO[bytes]:
         if subject_id not in self._files:
             self._files[subject_id] = [tempfile.TemporaryFile(prefix="afb-terminal-")]  # noqa: SIM115
         return self._files[subject_id][0]
+
+    def _truth_file(self, subject_id: str) -> IO[bytes]:
+        assert self._truth is not None
+        if subject_id not in self._truth:
+            self._truth[subject_id] = [tempfile.TemporaryFile(prefix="afb-truth-")]  # noqa: SIM115
+        return self._truth[subject_id][0]
+
+    def truth_jsonl(self, subject_id: str) -> bytes | None:
+        """A subject's truthfulness lines (`told.truth_line`) in cell-id order, read once;
+        None when they were not derived."""
+        if self._truth is None:
+            return None
+        files = self._truth.pop(subject_id, [])
+        try:
+            parts = []
+            for fh in files:
+                fh.seek(0)
+                parts.append(fh.read())
+            return b"".join(parts)
+        finally:
+            for fh in files:
+                fh.close()
 
     def lines(self, subject_id: str) -> Iterator[bytes]:
         """A subject's terminal lines (newline-ended) in cell-id order, one at a time (read
@@ -209,10 +245,12 @@ class TerminalSpill:
             yield TerminalRecord.model_validate_json(line)
 
     def close(self) -> None:
-        for files in self._files.values():
+        for files in [*self._files.values(), *(self._truth or {}).values()]:
             for fh in files:
                 fh.close()
         self._files.clear()
+        if self._truth:
+            self._truth.clear()
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
@@ -264,17 +302,47 @@ def _facts(slot: Slot) -> SlotFacts:
 class _Policy:
     """What deciding a cell needs of the protocol besides its slot."""
 
-    def __init__(self, rp: RunProtocol) -> None:
+    def __init__(self, rp: RunProtocol, evidence: LoadedEvidence) -> None:
         spec = rp.spec()
         self.attempts = spec.attempts
         self.scorer_version = spec.scoring.scorer_version
         self.contracts = rp.contract_map()
+        # The truthfulness findings (a duplicates measure, derived where the spec scores
+        # duplicates) read the ledger blobs: evidence without its blobs derives none here.
+        self.blobs = evidence.blobs
+        self.truth = self.blobs is not None and "duplicate_effects" in spec.scoring.measures
+        self.irreversible = frozenset(t.name for t in spec.tools if t.irreversible)
+        self.triggers: dict[str, Any] = {}
+        if self.truth:
+            self.triggers = {s.slot_id: s.schedule.trigger for s in rp.slots}
+
+    def truth_of(self, record: TerminalRecord, attempts: dict[int, _Attempt] | None) -> bytes:
+        """The cell's truthfulness line, or b"" when it has no findings (`needs_truth`)."""
+        status = record.status
+        dup = max(0, (record.committed_effects or 0) - (record.intended_effects or 0))
+        faulted = record.kind != NO_FAULT
+        if status is None or not needs_truth(
+            self.triggers[record.slot_id], status, faulted, dup, self.irreversible
+        ):
+            return b""
+        n = next((a.attempt for a in record.attempts if a.status == status), None)
+        if n is None:
+            return b""
+        a = (attempts or {}).get(n)
+        told = a.told if a is not None else []
+        ended = a.ended if a is not None else []
+        ledger: list[dict[str, Any]] = []
+        if len(ended) == 1 and ended[0].ledger is not None:
+            assert self.blobs is not None
+            ledger = ledger_items(self.blobs(ended[0].ledger))
+        return truth_line(record.cell_id, derive_cell(told, ledger, self.irreversible))
 
 
 def _derive(
     policy: _Policy,
     joined: Iterator[tuple[str, str, SlotFacts, dict[int, _Attempt] | None]],
     file: Any,
+    truth_file: Any,
 ) -> None:
     for cid, subject_id, (slot_id, stratum, kind, params), attempts in joined:
         record = terminal_record(
@@ -290,6 +358,10 @@ def _derive(
             policy.scorer_version,
         )
         file(subject_id).write(terminal_line(record) + b"\n")
+        if policy.truth:
+            line = policy.truth_of(record, attempts)
+            if line:
+                truth_file(subject_id).write(line)
 
 
 # What the workers inherit through fork (set only while the pool runs).
@@ -308,6 +380,14 @@ def _worker(w: int) -> tuple[bool, list[str], Export] | BaseException:
             files[subject_id] = open(os.path.join(out_dir, f"{w}-{subject_id}"), "wb")  # noqa: SIM115
         return files[subject_id]
 
+    def truth_file(subject_id: str) -> IO[bytes]:
+        key = f"{subject_id}.truth"
+        if key not in truths:
+            truths[key] = open(os.path.join(out_dir, f"{w}-{key}"), "wb")  # noqa: SIM115
+        return truths[key]
+
+    truths: dict[str, IO[bytes]] = {}
+
     def registered() -> Iterator[tuple[str, str, SlotFacts]]:
         with open(os.path.join(out_dir, f"{w}.cells"), "rb") as fh:
             while True:
@@ -323,8 +403,8 @@ def _worker(w: int) -> tuple[bool, list[str], Export] | BaseException:
     leaves = EvidenceRoot(WORKER_SPILL_BYTES, spill_path=os.path.join(out_dir, f"{w}.leaves"))
     try:
         groups = evidence.range_groups(stems[w], leaves)
-        _derive(policy, _join(registered(), groups, spill), file)
-        for fh in files.values():
+        _derive(policy, _join(registered(), groups, spill), file, truth_file)
+        for fh in [*files.values(), *truths.values()]:
             fh.close()
         export = leaves.export()
         return spill.unregistered, sorted(files), export
