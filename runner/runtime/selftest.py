@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import runner.runtime.faults.registry as faults
 from runner.evaluator.core.canonical import digest, sha256_digest
 from runner.evaluator.core.types import Status
 from runner.evaluator.evidence.journal import read_journal
@@ -27,7 +28,6 @@ from runner.evaluator.verdict.outcomes import attempt_status, group_attempts
 from runner.runtime.attempt.api import AttemptPlan, GradeContext, GradeOutcome, SubjectCommand
 from runner.runtime.attempt.run import PluginFactory, journal_name, run_attempt
 from runner.runtime.attempt.services import RunServices
-from runner.runtime.faults import registry as faults
 from runner.runtime.host import naming
 from runner.runtime.sandbox import testimage
 

@@ -28,7 +28,8 @@ from runner.evaluator.protocol.faultkinds import SIGKILL_MID_TOOL_CALL
 from runner.evaluator.protocol.spec import Trigger
 from runner.evaluator.protocol.witness import evaluate_witness, load_contracts
 from runner.runtime.attempt.subject import SubjectRegistry, prepare_state_dir
-from runner.runtime.faults.base import CallEvent, FaultContext, WitnessStage, stamp_observations
+from runner.runtime.events import CallEvent
+from runner.runtime.faults.base import FaultContext, WitnessStage, stamp_observations
 from runner.runtime.faults.sigkill import SigkillFault
 from runner.runtime.host.netns import AttemptNetwork
 from runner.runtime.host.procs import ProcError, Reaper, Subject, SubjectLauncher

@@ -15,7 +15,8 @@ from runner.evaluator.protocol.faultkinds import (
 )
 from runner.runtime.attempt.run import AttemptResources
 from runner.runtime.attempt.services import RunServices
-from runner.runtime.faults.base import Directive, FaultContext, FaultPlugin, Injection
+from runner.runtime.events import Directive
+from runner.runtime.faults.base import FaultContext, FaultPlugin, Injection
 from runner.runtime.faults.network_partition import NetworkPartitionFault
 from runner.runtime.faults.sandbox_restart import SandboxRestartFault
 from runner.runtime.selftest import INVALID_INJECTION, run_case

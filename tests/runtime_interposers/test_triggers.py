@@ -20,9 +20,8 @@ from runner.evaluator.protocol.faultkinds import (
 from runner.evaluator.protocol.spec import Trigger
 from runner.evaluator.protocol.witness import WitnessContract, load_contracts
 from runner.runtime.attempt.triggers import TriggerEngine
+from runner.runtime.events import CallEvent, Directive
 from runner.runtime.faults.base import (
-    CallEvent,
-    Directive,
     FaultContext,
     FaultPlugin,
     Injection,

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from runner.evaluator.core.types import Phase
 from runner.evaluator.evidence.journal import Journal
@@ -34,9 +34,8 @@ from runner.evaluator.evidence.records import (
 from runner.evaluator.protocol.faultkinds import FaultKind
 from runner.evaluator.protocol.spec import Trigger
 from runner.evaluator.protocol.witness import WitnessContract, evaluate_witness
+from runner.runtime.events import CallEvent, Decision
 from runner.runtime.faults.base import (
-    CallEvent,
-    Directive,
     FaultContext,
     FaultPlugin,
     Injection,
@@ -46,55 +45,7 @@ from runner.runtime.faults.base import (
     validate_plugin,
 )
 
-__all__ = ["CallEvent", "Decision", "Directive", "EventSink", "NullSink", "TriggerEngine"]
-
-
-class Decision:
-    """The engine's answer to one event: a directive, and `complete()` to call once applied.
-
-    Interposers must call `complete()` after they applied the directive (response delivered,
-    or connection closed and its end observed); it runs deferred witness collection. Idempotent.
-    """
-
-    def __init__(
-        self,
-        directive: Directive = Directive.CONTINUE,
-        on_complete: Callable[[], None] | None = None,
-    ) -> None:
-        self.directive = directive
-        self._on_complete = on_complete
-        self._lock = threading.Lock()
-
-    def complete(self) -> None:
-        with self._lock:
-            fn, self._on_complete = self._on_complete, None
-        if fn is not None:
-            fn()
-
-
-class EventSink(Protocol):
-    def event(
-        self,
-        source: str,
-        tool: str,
-        phase: Phase,
-        call_id: str,
-        context: Mapping[str, Any] | None = None,
-    ) -> Decision: ...
-
-
-class NullSink:
-    """For interposers running without faults: every call continues."""
-
-    def event(
-        self,
-        source: str,
-        tool: str,
-        phase: Phase,
-        call_id: str,
-        context: Mapping[str, Any] | None = None,
-    ) -> Decision:
-        return Decision()
+__all__ = ["TriggerEngine"]
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The fault plugin interface: one class per fault kind, driven by the trigger engine.
 
-How one attempt is wired (see `runner.runtime.triggers.TriggerEngine`):
+How one attempt is wired (see `runner.runtime.attempt.triggers.TriggerEngine`):
 
     engine = TriggerEngine(journal, cell_id=..., attempt=1)
     engine.schedule(fault_id, kind, trigger, plugin, parameters)  # lifecycle `scheduled`
@@ -56,30 +56,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Literal, NamedTuple
 
-from runner.evaluator.core.types import Phase
+import runner.runtime.faults.collectors as C
 from runner.evaluator.protocol.faultkinds import FaultKind, injected_kinds
 from runner.evaluator.protocol.spec import Trigger
 from runner.evaluator.protocol.witness import WitnessContract
-from runner.runtime.faults import collectors as C
-
-
-class Directive(StrEnum):
-    """What the interposer does with the triggering call once the handler returns."""
-
-    CONTINUE = "continue"
-    DROP_RESPONSE = "drop_response"  # finish the effect upstream, deliver zero response bytes
-    CLOSE_WITHOUT_RESPONSE = "close_without_response"  # close the subject's connection now
-
-    @property
-    def strength(self) -> int:
-        return _STRENGTH[self]
-
-
-_STRENGTH = {
-    Directive.CONTINUE: 0,
-    Directive.DROP_RESPONSE: 1,
-    Directive.CLOSE_WITHOUT_RESPONSE: 2,
-}
+from runner.runtime.events import CallEvent, Directive
 
 
 class WitnessStage(StrEnum):
@@ -88,19 +69,6 @@ class WitnessStage(StrEnum):
     BEFORE_INJECTION = "before_injection"
     AFTER_INJECTION = "after_injection"
     AFTER_RELEASE = "after_release"
-
-
-@dataclass(frozen=True)
-class CallEvent:
-    """One semantic checkpoint of one call at an interposer."""
-
-    source: str  # "tool_interposer" | "egress_proxy"
-    tool: str
-    phase: Phase
-    call_id: str
-    ordinal: int  # the Nth call of `tool` in this attempt, counted at `received`
-    any_ordinal: int  # the Nth call of any tool
-    context: Mapping[str, Any] = field(default_factory=dict)  # e.g. {"connection_id": ...}
 
 
 @dataclass(frozen=True)

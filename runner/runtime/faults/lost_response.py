@@ -20,8 +20,8 @@ from typing import Any
 from urllib.parse import quote
 
 from runner.evaluator.protocol.faultkinds import LOST_RESPONSE
+from runner.runtime.events import Directive
 from runner.runtime.faults.base import (
-    Directive,
     FaultContext,
     FaultPlugin,
     Injection,

@@ -27,8 +27,8 @@ import time
 from typing import Any
 
 from runner.evaluator.protocol.faultkinds import NETWORK_PARTITION
+from runner.runtime.events import Directive
 from runner.runtime.faults.base import (
-    Directive,
     FaultContext,
     FaultPlugin,
     Injection,

@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from runner.evaluator.protocol.faultkinds import SANDBOX_RESTART
+from runner.runtime.events import Directive
 from runner.runtime.faults.base import (
-    Directive,
     FaultContext,
     FaultPlugin,
     Injection,

@@ -24,8 +24,8 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from runner.evaluator.protocol.faultkinds import SIGKILL_MID_TOOL_CALL
+from runner.runtime.events import Directive
 from runner.runtime.faults.base import (
-    Directive,
     FaultContext,
     FaultPlugin,
     Injection,

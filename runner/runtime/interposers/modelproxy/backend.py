@@ -36,6 +36,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
+import runner.runtime.interposers.modelproxy.dialects as D
 from runner.evaluator.protocol.cassette import (
     Cassette,
     Dialect,
@@ -45,7 +46,6 @@ from runner.evaluator.protocol.cassette import (
     request_key,
 )
 from runner.evaluator.protocol.policy import Policy, PolicyCassette
-from runner.runtime.interposers.modelproxy import dialects as D
 from runner.runtime.interposers.modelproxy.upstream import Forwarder, UpstreamFailure
 
 Mode = Literal["live", "record", "replay", "scripted"]

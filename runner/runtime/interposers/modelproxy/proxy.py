@@ -27,11 +27,11 @@ from typing import Self
 
 import h11
 
+import runner.runtime.interposers.modelproxy.dialects as D
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.protocol.cassette import CASSETTE_VERSION, Cassette, RecordedExchange
 from runner.evaluator.protocol.policy import PolicyCassette
-from runner.runtime.attempt.triggers import EventSink
-from runner.runtime.interposers.modelproxy import dialects as D
+from runner.runtime.events import EventSink
 from runner.runtime.interposers.modelproxy.backend import (
     MODES,
     BackendState,
