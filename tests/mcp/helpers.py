@@ -26,8 +26,8 @@ from runner.runtime.events import Decision, Directive
 from runner.runtime.faults.base import FaultPlugin
 from runner.runtime.faults.lost_response import read_effects
 from runner.runtime.interposers.destination import DestinationService
+from runner.runtime.interposers.egress import EgressProxy
 from runner.runtime.interposers.mcp_tools import Effects, McpToolServer
-from runner.runtime.interposers.proxy import EgressProxy
 from runner.runtime.interposers.tools import ToolInterposer
 from tests.runtime_interposers.conftest import CELL
 

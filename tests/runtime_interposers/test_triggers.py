@@ -37,7 +37,7 @@ from runner.runtime.faults.collectors import Collector, register_collector
 from runner.runtime.faults.lost_response import LostResponseFault
 from runner.runtime.faults.sigkill import SigkillFault
 from runner.runtime.interposers.destination import DestinationService
-from runner.runtime.interposers.proxy import EgressProxy
+from runner.runtime.interposers.egress import EgressProxy
 from runner.runtime.interposers.tools import ToolInterposer
 from tests.runtime_interposers.conftest import CELL, LocalSandbox, effect, request
 

@@ -57,8 +57,8 @@ from runner.runtime.host.netns import AttemptNetwork
 from runner.runtime.host.nft import PartitionTable
 from runner.runtime.host.procs import ExitStatus
 from runner.runtime.interposers.destination import DestinationService
+from runner.runtime.interposers.egress import EgressProxy
 from runner.runtime.interposers.modelproxy.observe import ExchangeObserver
-from runner.runtime.interposers.proxy import EgressProxy
 from runner.runtime.interposers.tools import ToolInterposer
 from runner.runtime.sandbox.base import Sandbox, SandboxSpec
 from runner.runtime.sandbox.podman import PodmanSandbox

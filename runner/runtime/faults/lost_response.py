@@ -30,7 +30,7 @@ from runner.runtime.faults.base import (
     WitnessStage,
 )
 from runner.runtime.faults.registry import FaultKindPlugin, SelftestCase, register
-from runner.runtime.interposers.proxy import EgressProxy, ExchangeRecord
+from runner.runtime.interposers.egress import EgressProxy, ExchangeRecord
 
 AFTER = WitnessStage.AFTER_INJECTION
 

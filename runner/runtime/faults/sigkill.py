@@ -36,7 +36,7 @@ from runner.runtime.faults.base import (
 from runner.runtime.faults.collectors import TRIGGERING_INTERPOSER
 from runner.runtime.faults.registry import FaultKindPlugin, SelftestCase, register
 from runner.runtime.host.procs import Subject, process_identity
-from runner.runtime.interposers.proxy import EgressProxy
+from runner.runtime.interposers.egress import EgressProxy
 from runner.runtime.interposers.tools import ToolInterposer
 
 BEFORE = WitnessStage.BEFORE_INJECTION

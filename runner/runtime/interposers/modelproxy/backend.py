@@ -1,7 +1,7 @@
 """The model backend: answers model calls per mode, keeps the ledger of answers it produced.
 
 It listens on 127.0.0.1 only (the subject's namespace cannot reach it); the subject reaches it
-through the model front (an egress proxy, see `proxy.py`), which carries the calls' fault
+through the model front (an egress proxy, see `../egress.py`), which carries the calls' fault
 phases. Per request: the dialect from the path, then
 
 - `live` / `record`: forward to the provider's upstream (`upstream.py`); `record` also keeps
