@@ -127,6 +127,8 @@ class TriggerEngine:
 
         With a `contract` the engine judges the witness before it recovers (the runtime always
         passes one; without, only the collection itself must succeed -- engine unit tests).
+        `parameters` is the schedule's defaulted form, what the witness check reads; the plugin
+        was built with its typed copy.
         """
         validate_plugin(plugin)
         if plugin.kind != kind:
@@ -154,7 +156,7 @@ class TriggerEngine:
             self._life(f.fault_id, "armed")
 
     def _ctx(self, f: _Fault, event: CallEvent | None) -> FaultContext:
-        return FaultContext(f.fault_id, f.kind, f.trigger, f.parameters, event)
+        return FaultContext(f.fault_id, f.kind, f.trigger, event)
 
     # --- events ---------------------------------------------------------------------------------
 
