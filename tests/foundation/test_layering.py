@@ -4,6 +4,7 @@ The evaluator never imports the runtime, the CLI or a benchmark (doing is separa
 judging, and `evaluator_digest` must cover everything a decision depends on); the runtime never
 imports a benchmark or the CLI (it knows no benchmark: a `Workload` is handed to it).
 Every module under a layer is checked, subpackages included, with relative imports resolved.
+Inside the runtime its own order holds too (`RUNTIME_ORDER`), and it has no import cycle.
 """
 
 from __future__ import annotations
