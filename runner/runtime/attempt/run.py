@@ -474,7 +474,8 @@ def run_attempt(
 ) -> AttemptResult:
     """Run one attempt; every outcome, including infrastructure failure, ends in the journal.
 
-    `plugin_factory` replaces the default fault plugin (tests: contradicting actuators).
+    `plugin_factory` replaces the kind's own `FaultPlugin.build` and is called the same way,
+    with the attempt's resources and the kind's typed parameters (tests: contradicting actuators).
     """
     if plan.run_id != services.run_id or Path(plan.run_dir).resolve() != services.run_dir:
         raise ValueError("plan and services belong to different runs")
