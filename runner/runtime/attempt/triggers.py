@@ -54,7 +54,7 @@ class _Fault:
     kind: FaultKind
     trigger: Trigger
     parameters: dict[str, Any]
-    plugin: FaultPlugin
+    plugin: FaultPlugin[Any]
     contract: WitnessContract | None = None
     fired: bool = False
     ctx: FaultContext | None = None
@@ -119,7 +119,7 @@ class TriggerEngine:
         fault_id: str,
         kind: FaultKind,
         trigger: Trigger | Mapping[str, Any],
-        plugin: FaultPlugin,
+        plugin: FaultPlugin[Any],
         parameters: Mapping[str, Any] | None = None,
         contract: WitnessContract | None = None,
     ) -> None:
