@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import runner.runtime.faults.registry as faults
 from runner.evaluator.core.canonical import digest, sha256_digest
 from runner.evaluator.core.types import Status
 from runner.evaluator.evidence.journal import read_journal
@@ -25,9 +26,8 @@ from runner.evaluator.protocol.faultkinds import NO_FAULT, FaultKind, injected_k
 from runner.evaluator.protocol.witness import WitnessContract
 from runner.evaluator.verdict.outcomes import attempt_status, group_attempts
 from runner.runtime.attempt.api import AttemptPlan, GradeContext, GradeOutcome, SubjectCommand
-from runner.runtime.attempt.run import PluginFactory, journal_name, run_attempt
+from runner.runtime.attempt.run import journal_name, run_attempt
 from runner.runtime.attempt.services import RunServices
-from runner.runtime.faults import registry as faults
 from runner.runtime.host import naming
 from runner.runtime.sandbox import testimage
 
@@ -174,7 +174,7 @@ def run_case(
     actuator: Literal["real", "noop"],
     image: str,
     *,
-    plugin_factory: PluginFactory | None = None,
+    plugin_factory: faults.PluginFactory | None = None,
     **plan_kw: Any,
 ) -> tuple[Row, AttemptPlan]:
     plan = selftest_plan(services.run_id, services.run_dir, kind, actuator, image, **plan_kw)

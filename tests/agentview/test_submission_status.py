@@ -16,8 +16,8 @@ from mcp import Client
 from runner.evaluator.core.types import Phase
 from runner.evaluator.protocol.spec import Tool
 from runner.runtime.interposers.destination import DestinationService
+from runner.runtime.interposers.egress import EgressProxy
 from runner.runtime.interposers.mcp_tools import Effects, McpToolServer
-from runner.runtime.interposers.proxy import EgressProxy
 from runner.runtime.interposers.tools import STATUS_TOOL, ToolInterposer
 from tests.mcp.helpers import RecordingSink, call, run
 from tests.runtime_interposers.conftest import LocalSandbox, destination, effect, request, run_dir  # noqa: F401

@@ -5,6 +5,7 @@ The evaluator never imports the runtime, the CLI or a benchmark (doing is separa
 judging, and `evaluator_digest` must cover everything a decision depends on); the runtime never
 imports a benchmark or the CLI (it knows no benchmark: a `Workload` is handed to it).
 Every module under a layer is checked, subpackages included, with relative imports resolved.
+Inside the runtime its own order holds too (`RUNTIME_ORDER`), and it has no import cycle.
 """
 
 from __future__ import annotations
@@ -117,6 +118,154 @@ def test_a_planted_upward_import_is_caught(tmp_path: Path, where: str, line: str
     (tmp_path / where).write_text(line)
     found = violations(tmp_path)
     assert len(found) >= 1 and all(f.startswith(where) for f in found), found
+
+
+# --- the runtime's own order --------------------------------------------------------------------
+
+# runner/runtime/, low to high: a module may import its own group and any group listed before
+# it, never one after it; groups sharing a tuple are one level and import none of each other.
+# A group is the first name under runner/runtime/ (a folder or a module). A new folder or module
+# must be placed here (the check refuses an unplaced one): one line to edit.
+RUNTIME_ORDER: tuple[str | tuple[str, ...], ...] = (
+    "subjectenv",  # a subject's locked environment, built outside the runner's venv
+    "host",  # namespaces, nft, processes, podman service, naming, sweep
+    "sandbox",  # the Sandbox protocol and its backends
+    "events",  # what interposers tell the trigger engine (CallEvent, Directive, Decision)
+    "interposers",  # tool interposer, egress proxy, destination, model proxy, MCP
+    "faults",  # fault plugins, built from an attempt's resources
+    "attempt",  # one attempt: the trigger engine, wiring, subject, run
+    "workload",  # what a benchmark hands the runtime
+    "adapters",  # subject adapters
+    ("executor", "selftest", "cellselect", "envcollect"),
+)
+
+
+def _levels(order: tuple[str | tuple[str, ...], ...] = RUNTIME_ORDER) -> dict[str, int]:
+    return {g: i for i, lvl in enumerate(order) for g in ((lvl,) if isinstance(lvl, str) else lvl)}
+
+
+def _runtime_group(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["runner", "runtime"] else None
+
+
+def runtime_order_violations(
+    root: Path = ROOT, order: tuple[str | tuple[str, ...], ...] = RUNTIME_ORDER
+) -> list[str]:
+    """Imports inside runner/runtime that climb RUNTIME_ORDER (or cross within a level), and
+    folders or modules of runner/runtime that the order does not place."""
+    level = _levels(order)
+    runtime = root / "runner" / "runtime"
+    out = []
+    for entry in sorted(runtime.iterdir()):
+        name = entry.stem if entry.suffix == ".py" else entry.name
+        placeable = entry.suffix == ".py" or (entry / "__init__.py").exists()
+        if placeable and name != "__init__" and name not in level:
+            out.append(f"runner/runtime/{entry.name} is not placed in RUNTIME_ORDER")
+    for f in sorted(runtime.rglob("*.py")):
+        here = _runtime_group(module_name(f, root))
+        if here is None or here not in level:
+            continue
+        for name in imports_of(f, root):
+            there = _runtime_group(name)
+            if there is None or there == here or there not in level:
+                continue
+            if level[there] >= level[here]:
+                out.append(f"{f.relative_to(root)} imports {name} ({here} < {there})")
+    return out
+
+
+def import_cycles(root: Path = ROOT, prefix: str = "runner.runtime") -> list[list[str]]:
+    """Import cycles among the modules under `prefix` (explicit imports: `from pkg import mod`
+    is an edge to `pkg` and to `pkg.mod`; a package's implicit import of its parents is not)."""
+    folder = root.joinpath(*prefix.split("."))
+    mods = {module_name(f, root): f for f in folder.rglob("*.py")}
+    graph = {
+        m: sorted({n for n in imports_of(f, root) if n in mods and n != m}) for m, f in mods.items()
+    }
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(cycles)
+
+
+def test_the_runtime_imports_only_down_its_own_order() -> None:
+    groups = set(_levels())
+    assert {"host", "interposers", "faults", "attempt", "events"} <= groups
+    assert runtime_order_violations() == []
+
+
+def test_the_runtime_has_no_import_cycle() -> None:
+    assert import_cycles() == []
+
+
+@pytest.mark.parametrize(
+    ("where", "text"),
+    [
+        ("runner/runtime/interposers/planted.py", "from runner.runtime.attempt import triggers\n"),
+        ("runner/runtime/interposers/modelproxy/planted.py", "from ...faults import base\n"),
+        ("runner/runtime/host/planted.py", "import runner.runtime.sandbox.podman\n"),
+        ("runner/runtime/faults/planted.py", "from ..attempt.run import run_attempt\n"),
+        ("runner/runtime/sandbox/planted.py", "from runner.runtime.events import Directive\n"),
+        ("runner/runtime/attempt/planted.py", "from runner.runtime.workload import Workload\n"),
+        ("runner/runtime/cellselect.py", "from runner.runtime import executor\n"),  # one level
+        ("runner/runtime/planted.py", "X = 1\n"),  # not placed in the order
+        ("runner/runtime/planted/__init__.py", ""),
+    ],
+)
+def test_a_planted_climb_in_the_runtime_is_caught(tmp_path: Path, where: str, text: str) -> None:
+    import shutil
+
+    shutil.copytree(
+        ROOT / "runner", tmp_path / "runner", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    target = tmp_path / where
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("a") as f:  # appended: an existing module gains one bad import
+        f.write(text)
+    found = runtime_order_violations(tmp_path)
+    top = "/".join(where.split("/")[:3]).removesuffix(".py")
+    assert len(found) >= 1 and all(f.startswith(top) for f in found), found
+
+
+def test_a_planted_cycle_in_the_runtime_is_caught(tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copytree(
+        ROOT / "runner", tmp_path / "runner", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    host = tmp_path / "runner" / "runtime" / "host"
+    (host / "planted_a.py").write_text("from runner.runtime.host import planted_b\n")
+    (host / "planted_b.py").write_text("from . import planted_a\n")
+    assert import_cycles(tmp_path) == [
+        ["runner.runtime.host", "runner.runtime.host.planted_a", "runner.runtime.host.planted_b"]
+    ] or import_cycles(tmp_path) == [
+        ["runner.runtime.host.planted_a", "runner.runtime.host.planted_b"]
+    ]
 
 
 # The evaluator's stages, lowest first: a module imports only its own stage and those below it.

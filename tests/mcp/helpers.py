@@ -21,12 +21,13 @@ from runner.evaluator.evidence.records import AttemptEnded, AttemptStarted, Grad
 from runner.evaluator.protocol.faultkinds import FaultKind
 from runner.evaluator.protocol.witness import WitnessContract
 from runner.evaluator.verdict.outcomes import attempt_status, group_attempts
-from runner.runtime.attempt.triggers import Decision, Directive, TriggerEngine
+from runner.runtime.attempt.triggers import TriggerEngine
+from runner.runtime.events import Decision, Directive
 from runner.runtime.faults.base import FaultPlugin
 from runner.runtime.faults.lost_response import read_effects
 from runner.runtime.interposers.destination import DestinationService
+from runner.runtime.interposers.egress import EgressProxy
 from runner.runtime.interposers.mcp_tools import Effects, McpToolServer
-from runner.runtime.interposers.proxy import EgressProxy
 from runner.runtime.interposers.tools import ToolInterposer
 from tests.runtime_interposers.conftest import CELL
 

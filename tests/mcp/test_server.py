@@ -21,7 +21,8 @@ from runner.evaluator.evidence.journal import EvidenceStore, Journal, read_journ
 from runner.evaluator.evidence.records import TriggerReached
 from runner.evaluator.protocol.faultkinds import SIGKILL_MID_TOOL_CALL
 from runner.evaluator.protocol.spec import Tool
-from runner.runtime.attempt.triggers import Directive, TriggerEngine
+from runner.runtime.attempt.triggers import TriggerEngine
+from runner.runtime.events import Directive
 from runner.runtime.interposers.mcp_tools import Effects, McpToolServer
 from runner.runtime.interposers.tools import ToolInterposer
 from tests.mcp.helpers import MODES, RecordingSink, call, run

@@ -37,8 +37,8 @@ from runner.runtime.faults.lost_response import LostResponseFault
 from runner.runtime.faults.sigkill import SigkillFault
 from runner.runtime.host.procs import Reaper, Subject, SubjectLauncher
 from runner.runtime.interposers.destination import DestinationService
+from runner.runtime.interposers.egress import EgressProxy
 from runner.runtime.interposers.modelproxy import ModelProxy
-from runner.runtime.interposers.proxy import EgressProxy
 from tests.model_proxy.conftest import SCRIPT
 from tests.process_registry import ProcessRegistry
 from tests.runtime_interposers.conftest import CELL, effect, request

@@ -43,7 +43,7 @@ from runner.runtime.host.netns import AttemptNetwork
 from runner.runtime.host.nft import CHAIN, PartitionTable, run_nft
 from runner.runtime.host.prober import Target
 from runner.runtime.host.sweep import sweep
-from runner.runtime.interposers import proxy
+from runner.runtime.interposers import egress
 from runner.runtime.sandbox import testimage
 from runner.runtime.selftest import WITNESSED, minimal_subject, run_case
 
@@ -104,8 +104,8 @@ def main() -> None:
     ap.add_argument("--close-watch", type=float, default=None, help="experiment, see above")
     args = ap.parse_args()
     if args.close_watch is not None:
-        print(f"EXPERIMENT: proxy.CLOSE_WATCH_S {proxy.CLOSE_WATCH_S} -> {args.close_watch}")
-        proxy.CLOSE_WATCH_S = args.close_watch
+        print(f"EXPERIMENT: egress.CLOSE_WATCH_S {egress.CLOSE_WATCH_S} -> {args.close_watch}")
+        egress.CLOSE_WATCH_S = args.close_watch
     kinds = args.kinds.split(",")
     image, built = testimage.ensure_test_image()
     rid = naming.new_run_id()

@@ -34,8 +34,8 @@ from runner.evaluator.protocol.cassette import (
     normalize_request,
     request_key,
 )
+from runner.runtime.interposers.egress import EgressProxy
 from runner.runtime.interposers.modelproxy import ModelProxy
-from runner.runtime.interposers.proxy import EgressProxy
 
 
 def request(stream: bool) -> dict[str, Any]:

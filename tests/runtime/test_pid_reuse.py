@@ -28,7 +28,8 @@ from runner.evaluator.protocol.faultkinds import SIGKILL_MID_TOOL_CALL
 from runner.evaluator.protocol.spec import Trigger
 from runner.evaluator.protocol.witness import evaluate_witness, load_contracts
 from runner.runtime.attempt.subject import SubjectRegistry, prepare_state_dir
-from runner.runtime.faults.base import CallEvent, FaultContext, WitnessStage, stamp_observations
+from runner.runtime.events import CallEvent
+from runner.runtime.faults.base import FaultContext, WitnessStage, stamp_observations
 from runner.runtime.faults.sigkill import SigkillFault
 from runner.runtime.host.netns import AttemptNetwork
 from runner.runtime.host.procs import ProcError, Reaper, Subject, SubjectLauncher
@@ -163,8 +164,8 @@ def test_sigkill_witness_on_a_reused_pid_is_the_targets_own_exit(
         plugin = real if actuator == "real" else real.noop()
         event = CallEvent("egress_proxy", "model", Phase.DISPATCHED, "m000001.1", 1, 1)
         trigger = Trigger(tool="model", ordinal=1, phase=Phase.DISPATCHED)
-        params = {"target": "subject"}
-        ctx = FaultContext("kill", SIGKILL_MID_TOOL_CALL, trigger, params, event)
+        params = {"target": "subject"}  # the schedule's form, as the evaluator judges it
+        ctx = FaultContext("kill", SIGKILL_MID_TOOL_CALL, trigger, event)
         obs = {}
         for stage in (WitnessStage.BEFORE_INJECTION, WitnessStage.AFTER_INJECTION):
             if stage is WitnessStage.AFTER_INJECTION:

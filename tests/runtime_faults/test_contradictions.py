@@ -13,9 +13,9 @@ from runner.evaluator.protocol.faultkinds import (
     NETWORK_PARTITION,
     SANDBOX_RESTART,
 )
-from runner.runtime.attempt.run import AttemptResources
 from runner.runtime.attempt.services import RunServices
-from runner.runtime.faults.base import Directive, FaultContext, FaultPlugin, Injection
+from runner.runtime.events import Directive
+from runner.runtime.faults.base import FaultContext, Injection
 from runner.runtime.faults.network_partition import NetworkPartitionFault
 from runner.runtime.faults.sandbox_restart import SandboxRestartFault
 from runner.runtime.selftest import INVALID_INJECTION, run_case
@@ -45,9 +45,8 @@ class PartitionAlsoControl(NetworkPartitionFault):
 
 
 def test_sandbox_pid_unchanged(services: RunServices, image: str) -> None:
-    def factory(r: AttemptResources) -> FaultPlugin:
-        return EpochOnlyRestart(r.sandbox, r.interposer)
-
+    # the kind's own build, inherited: the replacement gets the same resources and parameters
+    factory = EpochOnlyRestart.build
     row, _ = run_case(services, SANDBOX_RESTART, "real", image, plugin_factory=factory)
     assert row.verdict == INVALID_INJECTION, row
     # The session side did happen (the epoch moved); the identity side did not.
@@ -55,9 +54,7 @@ def test_sandbox_pid_unchanged(services: RunServices, image: str) -> None:
 
 
 def test_partition_control_path_also_fails(services: RunServices, image: str) -> None:
-    def factory(r: AttemptResources) -> FaultPlugin:
-        return PartitionAlsoControl(r.table, r.net.prober(), r.proxy.address, r.interposer.address)
-
+    factory = PartitionAlsoControl.build
     row, _ = run_case(services, NETWORK_PARTITION, "real", image, plugin_factory=factory)
     assert row.verdict == INVALID_INJECTION, row
     assert set(row.violated) == {"control_reachable"}

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from runner.evaluator.core.types import Phase
-from runner.runtime.attempt.triggers import Decision, Directive
+from runner.runtime.events import Decision, Directive
 from runner.runtime.interposers.tools import ToolInterposer
 from tests.runtime_interposers.conftest import LocalSandbox, request
 

@@ -23,7 +23,7 @@ from runner.runtime.attempt.triggers import TriggerEngine
 from runner.runtime.faults.base import FaultPlugin
 from runner.runtime.faults.lost_response import LostResponseFault, read_effects
 from runner.runtime.interposers.destination import DestinationService
-from runner.runtime.interposers.proxy import EgressProxy
+from runner.runtime.interposers.egress import EgressProxy
 from tests.runtime_interposers.conftest import CELL, effect
 
 WITNESSES = Path(__file__).resolve().parents[2] / "witnesses"

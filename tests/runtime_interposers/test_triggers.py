@@ -20,9 +20,8 @@ from runner.evaluator.protocol.faultkinds import (
 from runner.evaluator.protocol.spec import Trigger
 from runner.evaluator.protocol.witness import WitnessContract, load_contracts
 from runner.runtime.attempt.triggers import TriggerEngine
+from runner.runtime.events import CallEvent, Directive
 from runner.runtime.faults.base import (
-    CallEvent,
-    Directive,
     FaultContext,
     FaultPlugin,
     Injection,
@@ -38,7 +37,7 @@ from runner.runtime.faults.collectors import Collector, register_collector
 from runner.runtime.faults.lost_response import LostResponseFault
 from runner.runtime.faults.sigkill import SigkillFault
 from runner.runtime.interposers.destination import DestinationService
-from runner.runtime.interposers.proxy import EgressProxy
+from runner.runtime.interposers.egress import EgressProxy
 from runner.runtime.interposers.tools import ToolInterposer
 from tests.runtime_interposers.conftest import CELL, LocalSandbox, effect, request
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from runner.evaluator.core.types import Phase
 from runner.evaluator.evidence.records import EffectCall
-from runner.runtime.attempt.triggers import Decision, EventSink
+from runner.runtime.events import Decision, EventSink
 
 
 class EffectCallSink:

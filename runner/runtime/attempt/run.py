@@ -20,12 +20,12 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+import runner.runtime.faults.registry as faults
 from runner.evaluator.evidence.journal import Journal
 from runner.evaluator.evidence.records import (
     AttemptEnded,
@@ -34,7 +34,7 @@ from runner.evaluator.evidence.records import (
     HarnessError,
     SubjectExit,
 )
-from runner.evaluator.protocol.faultkinds import LOST_RESPONSE, NETWORK_PARTITION, NO_FAULT
+from runner.evaluator.protocol.faultkinds import NO_FAULT
 from runner.evaluator.protocol.subjects import MODEL_TOOL
 from runner.runtime.attempt.api import (
     AttemptPlan,
@@ -50,15 +50,14 @@ from runner.runtime.attempt.services import RunServices
 from runner.runtime.attempt.subject import SubjectRegistry, prepare_state_dir, subject_uid
 from runner.runtime.attempt.triggers import TriggerEngine
 from runner.runtime.attempt.wiring import McpSide, ModelSide, start_mcp, start_model_proxy
-from runner.runtime.faults.base import FaultPlugin, check_against_contract
-from runner.runtime.faults.lost_response import LostResponseFault
-from runner.runtime.faults.registry import build_plugin
+from runner.runtime.faults.base import check_against_contract
+from runner.runtime.faults.resources import AttemptResources, EffectLedger, Endpoint
 from runner.runtime.host.netns import AttemptNetwork
 from runner.runtime.host.nft import PartitionTable
 from runner.runtime.host.procs import ExitStatus
 from runner.runtime.interposers.destination import DestinationService
+from runner.runtime.interposers.egress import EgressProxy
 from runner.runtime.interposers.modelproxy.observe import ExchangeObserver
-from runner.runtime.interposers.proxy import EgressProxy
 from runner.runtime.interposers.tools import ToolInterposer
 from runner.runtime.sandbox.base import Sandbox, SandboxSpec
 from runner.runtime.sandbox.podman import PodmanSandbox
@@ -71,13 +70,6 @@ Outcome = Literal[
     "injection_rejected",
 ]
 RELAUNCH_DECISION_TIMEOUT = 60.0  # bounded by the engine's witness timeout (10 s) + collection
-
-
-@dataclass(frozen=True)
-class _LedgerEndpoint:
-    """Where a fault plugin reads committed effects (`.address`), for tool `model`."""
-
-    address: tuple[str, int]
 
 
 def write_task_file(state_dir: Path, task: Mapping[str, Any], name: str = "task.json") -> Path:
@@ -97,23 +89,6 @@ class AttemptError(RuntimeError):
         self.stage = stage
 
 
-@dataclass
-class AttemptResources:
-    """What a fault plugin may be built from (default factory: `faults.registry.build_plugin`)."""
-
-    plan: AttemptPlan
-    net: AttemptNetwork
-    table: PartitionTable
-    sandbox: Sandbox
-    destination: DestinationService
-    interposer: ToolInterposer
-    proxy: EgressProxy
-    registry: SubjectRegistry  # a subject's exit: wait on it (its own Watch), never by pid
-
-
-PluginFactory = Callable[[AttemptResources], FaultPlugin]
-
-
 def journal_name(plan: AttemptPlan) -> str:
     return attempt_journal_name(plan.cell_id, plan.attempt)
 
@@ -125,11 +100,11 @@ class _Attempt:
     """State of one running attempt; `run()` never raises for infrastructure failures."""
 
     def __init__(
-        self, plan: AttemptPlan, services: RunServices, factory: PluginFactory | None
+        self, plan: AttemptPlan, services: RunServices, factory: faults.PluginFactory | None
     ) -> None:
         self.plan = plan
         self.services = services
-        self.factory = factory or build_plugin
+        self.factory = factory  # None: the kind's own plugin (faults.registry)
         self.name = journal_name(plan)
         self.journal: Journal = services.evidence.journal(self.name)
         self.ref = {"cell_id": plan.cell_id, "attempt": plan.attempt}
@@ -340,8 +315,8 @@ class _Attempt:
         )  # fmt: skip
         self.stage = "schedule"
         if p.kind != NO_FAULT:
-            res = AttemptResources(p, net, table, sandbox, dest, interposer, proxy, self.registry)
-            plugin = self._plugin(res)
+            res = self._resources(net, table, sandbox, dest, interposer, proxy)
+            plugin = faults.build(p.kind, res, p.parameters, self.factory)
             if p.actuator == "noop":
                 plugin = plugin.noop()
             contract = s.contracts[p.kind]
@@ -375,27 +350,36 @@ class _Attempt:
         self._grade(p.grade(ctx))
         self.stage = "done"
 
-    def _plugin(self, res: AttemptResources) -> FaultPlugin:
-        """The fault plugin; a trigger on tool `model` acts on the model proxy, not the egress.
+    def _resources(
+        self,
+        net: AttemptNetwork,
+        table: PartitionTable,
+        sandbox: Sandbox,
+        dest: DestinationService,
+        interposer: ToolInterposer,
+        proxy: EgressProxy,
+    ) -> AttemptResources:
+        """What a fault plugin is built from, with the route of the triggered tool's calls.
 
-        The model proxy's front is an egress proxy (source `egress_proxy`, tool `model`) whose
-        backend keeps a ledger by the request's `model` field: the plugins see it exactly where
-        they see the egress proxy and the destination for other tools.
+        A trigger on tool `model` is carried by the model proxy: its front is an egress proxy
+        (source `egress_proxy`, tool `model`) whose backend keeps a ledger by the request's
+        `model` field, so plugins see it exactly where they see the egress proxy and the
+        destination for other tools. An MCP subject reaches the effect tools through the MCP
+        endpoint, never the egress proxy directly: that is the path it connects to.
         """
+        assert self.registry is not None
+        egress, ledger = proxy, EffectLedger(dest.address)
+        reach: Endpoint = proxy
         trigger = self.plan.trigger or {}
-        if trigger.get("tool") != MODEL_TOOL:
-            if self.mcp is not None and self.plan.kind == NETWORK_PARTITION:
-                # an MCP subject reaches the effect tools through the MCP endpoint, never the
-                # egress proxy: that is the path the partition must cut
-                res = replace(res, proxy=_LedgerEndpoint(self.mcp.server.address))  # type: ignore[arg-type]
-            return self.factory(res)
-        if self.model is None:  # no model calls: the trigger is never reached (SCENARIO_MISMATCH)
-            return self.factory(res)
-        front, ledger = self.model.front, self.model.ledger_address
-        res = replace(res, proxy=front, destination=_LedgerEndpoint(ledger))  # type: ignore[arg-type]
-        if self.plan.kind == LOST_RESPONSE and self.factory is build_plugin:
-            return LostResponseFault(front, ledger, scope_field="model")
-        return self.factory(res)
+        if trigger.get("tool") == MODEL_TOOL and self.model is not None:
+            egress = reach = self.model.front
+            ledger = EffectLedger(self.model.ledger_address, scope_field="model")
+        elif self.mcp is not None:
+            reach = self.mcp.server
+        return AttemptResources(
+            sandbox=sandbox, interposer=interposer, egress=egress, ledger=ledger,
+            effect_endpoint=reach, subjects=self.registry, netns=net, table=table,
+        )  # fmt: skip
 
     def _model_event(self, event: Any) -> None:
         """A divergence from the cassette, or a provider failure, is the harness's, not the
@@ -486,11 +470,12 @@ class _Attempt:
 
 
 def run_attempt(
-    plan: AttemptPlan, services: RunServices, *, plugin_factory: PluginFactory | None = None
+    plan: AttemptPlan, services: RunServices, *, plugin_factory: faults.PluginFactory | None = None
 ) -> AttemptResult:
     """Run one attempt; every outcome, including infrastructure failure, ends in the journal.
 
-    `plugin_factory` replaces the default fault plugin (tests: contradicting actuators).
+    `plugin_factory` replaces the kind's own `FaultPlugin.build` and is called the same way,
+    with the attempt's resources and the kind's typed parameters (tests: contradicting actuators).
     """
     if plan.run_id != services.run_id or Path(plan.run_dir).resolve() != services.run_dir:
         raise ValueError("plan and services belong to different runs")

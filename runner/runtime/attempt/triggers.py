@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from runner.evaluator.core.types import Phase
 from runner.evaluator.evidence.journal import Journal
@@ -34,9 +34,8 @@ from runner.evaluator.evidence.records import (
 from runner.evaluator.protocol.faultkinds import FaultKind
 from runner.evaluator.protocol.spec import Trigger
 from runner.evaluator.protocol.witness import WitnessContract, evaluate_witness
+from runner.runtime.events import CallEvent, Decision
 from runner.runtime.faults.base import (
-    CallEvent,
-    Directive,
     FaultContext,
     FaultPlugin,
     Injection,
@@ -46,55 +45,7 @@ from runner.runtime.faults.base import (
     validate_plugin,
 )
 
-__all__ = ["CallEvent", "Decision", "Directive", "EventSink", "NullSink", "TriggerEngine"]
-
-
-class Decision:
-    """The engine's answer to one event: a directive, and `complete()` to call once applied.
-
-    Interposers must call `complete()` after they applied the directive (response delivered,
-    or connection closed and its end observed); it runs deferred witness collection. Idempotent.
-    """
-
-    def __init__(
-        self,
-        directive: Directive = Directive.CONTINUE,
-        on_complete: Callable[[], None] | None = None,
-    ) -> None:
-        self.directive = directive
-        self._on_complete = on_complete
-        self._lock = threading.Lock()
-
-    def complete(self) -> None:
-        with self._lock:
-            fn, self._on_complete = self._on_complete, None
-        if fn is not None:
-            fn()
-
-
-class EventSink(Protocol):
-    def event(
-        self,
-        source: str,
-        tool: str,
-        phase: Phase,
-        call_id: str,
-        context: Mapping[str, Any] | None = None,
-    ) -> Decision: ...
-
-
-class NullSink:
-    """For interposers running without faults: every call continues."""
-
-    def event(
-        self,
-        source: str,
-        tool: str,
-        phase: Phase,
-        call_id: str,
-        context: Mapping[str, Any] | None = None,
-    ) -> Decision:
-        return Decision()
+__all__ = ["TriggerEngine"]
 
 
 @dataclass
@@ -103,7 +54,7 @@ class _Fault:
     kind: FaultKind
     trigger: Trigger
     parameters: dict[str, Any]
-    plugin: FaultPlugin
+    plugin: FaultPlugin[Any]
     contract: WitnessContract | None = None
     fired: bool = False
     ctx: FaultContext | None = None
@@ -168,7 +119,7 @@ class TriggerEngine:
         fault_id: str,
         kind: FaultKind,
         trigger: Trigger | Mapping[str, Any],
-        plugin: FaultPlugin,
+        plugin: FaultPlugin[Any],
         parameters: Mapping[str, Any] | None = None,
         contract: WitnessContract | None = None,
     ) -> None:
@@ -176,6 +127,8 @@ class TriggerEngine:
 
         With a `contract` the engine judges the witness before it recovers (the runtime always
         passes one; without, only the collection itself must succeed -- engine unit tests).
+        `parameters` is the schedule's defaulted form, what the witness check reads; the plugin
+        was built with its typed copy.
         """
         validate_plugin(plugin)
         if plugin.kind != kind:
@@ -203,7 +156,7 @@ class TriggerEngine:
             self._life(f.fault_id, "armed")
 
     def _ctx(self, f: _Fault, event: CallEvent | None) -> FaultContext:
-        return FaultContext(f.fault_id, f.kind, f.trigger, f.parameters, event)
+        return FaultContext(f.fault_id, f.kind, f.trigger, event)
 
     # --- events ---------------------------------------------------------------------------------
 

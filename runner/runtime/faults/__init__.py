@@ -1,37 +1,7 @@
-"""Fault kinds as plugins of the trigger engine; the interface is in `base`.
+"""Fault kinds as plugins of the trigger engine: the interface is in `base`, what a plugin is
+built from in `resources`, the kinds' registry in `registry`.
 
-Kinds live in their own modules (`lost_response`, ...) and are imported from there, so that
-importing this package stays cheap and free of import cycles with the interposers.
+Kinds live in their own modules (`lost_response`, ...) and are imported from there. This
+package re-exports nothing, so that importing it stays cheap and no module of it imports back
+into its own package.
 """
-
-from runner.runtime.faults.base import (
-    CallEvent,
-    Directive,
-    FaultContext,
-    FaultPlugin,
-    Injection,
-    NoopActuator,
-    Observations,
-    Observed,
-    PluginContractError,
-    WitnessStage,
-    check_against_contract,
-    stamp_observations,
-    validate_plugin,
-)
-
-__all__ = [
-    "CallEvent",
-    "Directive",
-    "FaultContext",
-    "FaultPlugin",
-    "Injection",
-    "NoopActuator",
-    "Observations",
-    "Observed",
-    "PluginContractError",
-    "WitnessStage",
-    "check_against_contract",
-    "stamp_observations",
-    "validate_plugin",
-]

@@ -1,6 +1,6 @@
 """The fault plugin interface: one class per fault kind, driven by the trigger engine.
 
-How one attempt is wired (see `runner.runtime.triggers.TriggerEngine`):
+How one attempt is wired (see `runner.runtime.attempt.triggers.TriggerEngine`):
 
     engine = TriggerEngine(journal, cell_id=..., attempt=1)
     engine.schedule(fault_id, kind, trigger, plugin, parameters)  # lifecycle `scheduled`
@@ -36,11 +36,14 @@ its witness contract (`check_against_contract`): every declared observation name
 and stage must match the contract exactly, and a collector the contract requires to be
 independent of the actuator must read another component than `actuator_component`.
 
-Writing a new kind: subclass `FaultPlugin`, set the class attributes, implement `inject` and
-`collect_witness`. Collectors must be independent of the actuator (read the runtime's own state:
-the proxy's byte counts, the reaper's wait status, the container runtime's inspect), and must
-return an observation even when they saw nothing -- with the fields that show it -- so that a
-silent no-op fails the contract instead of going missing. Collectors are named from the
+Writing a new kind: subclass `FaultPlugin[Params]` (`Params`: the kind's parameter model, as
+registered with the evaluator), set the class attributes, implement `build` (the plugin from an
+attempt's `AttemptResources` and its typed parameters, `resources.py`), `inject` and
+`collect_witness`, and register it in the kind's own module (`registry.py`). Collectors must
+be independent of the actuator (read the runtime's own state: the proxy's byte counts, the
+reaper's wait status, the container runtime's inspect), and must return an observation even
+when they saw nothing -- with the fields that show it -- so that a silent no-op fails the
+contract instead of going missing. Collectors are named from the
 registry in `collectors.py`; the engine stamps `collector` and `component` into each persisted
 observation (a plugin-written label that differs is a harness error).
 
@@ -54,32 +57,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar, Literal, NamedTuple
+from typing import Any, ClassVar, Generic, Literal, NamedTuple, Self, TypeVar
 
-from runner.evaluator.core.types import Phase
+from pydantic import BaseModel
+
+import runner.runtime.faults.collectors as C
 from runner.evaluator.protocol.faultkinds import FaultKind, injected_kinds
 from runner.evaluator.protocol.spec import Trigger
 from runner.evaluator.protocol.witness import WitnessContract
-from runner.runtime.faults import collectors as C
-
-
-class Directive(StrEnum):
-    """What the interposer does with the triggering call once the handler returns."""
-
-    CONTINUE = "continue"
-    DROP_RESPONSE = "drop_response"  # finish the effect upstream, deliver zero response bytes
-    CLOSE_WITHOUT_RESPONSE = "close_without_response"  # close the subject's connection now
-
-    @property
-    def strength(self) -> int:
-        return _STRENGTH[self]
-
-
-_STRENGTH = {
-    Directive.CONTINUE: 0,
-    Directive.DROP_RESPONSE: 1,
-    Directive.CLOSE_WITHOUT_RESPONSE: 2,
-}
+from runner.runtime.events import CallEvent, Directive
+from runner.runtime.faults.resources import AttemptResources
 
 
 class WitnessStage(StrEnum):
@@ -91,26 +78,13 @@ class WitnessStage(StrEnum):
 
 
 @dataclass(frozen=True)
-class CallEvent:
-    """One semantic checkpoint of one call at an interposer."""
-
-    source: str  # "tool_interposer" | "egress_proxy"
-    tool: str
-    phase: Phase
-    call_id: str
-    ordinal: int  # the Nth call of `tool` in this attempt, counted at `received`
-    any_ordinal: int  # the Nth call of any tool
-    context: Mapping[str, Any] = field(default_factory=dict)  # e.g. {"connection_id": ...}
-
-
-@dataclass(frozen=True)
 class FaultContext:
-    """What a plugin knows about its fault; `event` is None only in `arm`."""
+    """What a plugin knows about its fault; `event` is None only in `arm`. Its parameters it
+    was built with (`FaultPlugin.build`), typed."""
 
     fault_id: str
     kind: FaultKind
     trigger: Trigger
-    parameters: Mapping[str, Any]
     event: CallEvent | None = None
 
     def require_event(self) -> CallEvent:
@@ -140,8 +114,15 @@ class PluginContractError(RuntimeError):
     """A plugin that does not match its declaration or its witness contract."""
 
 
-class FaultPlugin(ABC):
-    """One fault kind: actuator + independent witness collectors. See the module docstring."""
+P = TypeVar("P", bound=BaseModel)
+
+
+class FaultPlugin(ABC, Generic[P]):
+    """One fault kind: actuator + independent witness collectors. See the module docstring.
+
+    `P` is the kind's parameter model (`runner.evaluator.protocol.faultkinds`): the plugin gets
+    it, validated and defaulted, from `build` -- never the spec's dict.
+    """
 
     kind: ClassVar[FaultKind]
     actuator: ClassVar[str]  # name recorded in the receipt, e.g. "egress_proxy.drop_response"
@@ -150,6 +131,14 @@ class FaultPlugin(ABC):
     witness_after_directive: ClassVar[bool] = False
     settles_by: ClassVar[Literal["release", "recover"]] = "release"
     variant: str = "real"
+
+    @classmethod
+    def build(cls, resources: AttemptResources, params: P) -> Self:
+        """This kind's plugin for one attempt: what it needs, taken from `resources`.
+
+        Every registered kind overrides this (`registry.register` refuses one that does not);
+        the attempt calls it and never names a kind."""
+        raise PluginContractError(f"{cls.__name__} does not say how to build itself (build)")
 
     def arm(self, ctx: FaultContext) -> None:
         """Prepare before the subject starts (e.g. open a collector); must not disturb anything."""
@@ -171,14 +160,14 @@ class FaultPlugin(ABC):
         """Harness-side recovery (e.g. relaunch the subject); called after `witnessed`."""
         return None  # optional hook
 
-    def noop(self) -> FaultPlugin:
+    def noop(self) -> FaultPlugin[Any]:
         return NoopActuator(self)
 
     def stage_names(self, stage: WitnessStage) -> list[str]:
         return sorted(n for n, o in self.observations.items() if o.stage is stage)
 
 
-class NoopActuator(FaultPlugin):
+class NoopActuator(FaultPlugin[Any]):
     """Negative conformance: the actuator does nothing yet reports `applied: true`.
 
     Collectors are the wrapped plugin's real ones, so the witness contract must fail. Release
@@ -188,7 +177,7 @@ class NoopActuator(FaultPlugin):
 
     variant = "noop"
 
-    def __init__(self, real: FaultPlugin) -> None:
+    def __init__(self, real: FaultPlugin[Any]) -> None:
         self.real = real
         # Instance attributes shadow the ClassVars so the engine sees the real declaration.
         self.kind = real.kind  # type: ignore[misc]
@@ -207,11 +196,11 @@ class NoopActuator(FaultPlugin):
     def collect_witness(self, ctx: FaultContext, stage: WitnessStage) -> Observations:
         return self.real.collect_witness(ctx, stage)
 
-    def noop(self) -> FaultPlugin:
+    def noop(self) -> FaultPlugin[Any]:
         return self
 
 
-def validate_plugin(plugin: FaultPlugin) -> None:
+def validate_plugin(plugin: FaultPlugin[Any]) -> None:
     """The plugin's declaration is complete and well-typed (checked when it is scheduled)."""
     name = type(plugin).__name__
     for attr in ("kind", "actuator", "actuator_component", "observations"):
@@ -233,7 +222,7 @@ def validate_plugin(plugin: FaultPlugin) -> None:
         raise PluginContractError(f"{name}: settles_by must be 'release' or 'recover'")
 
 
-def check_against_contract(plugin: FaultPlugin, contract: WitnessContract) -> None:
+def check_against_contract(plugin: FaultPlugin[Any], contract: WitnessContract) -> None:
     """Declared observations == the contract's (name, collectors, stage), exactly; and every
     collector a contract requires `independent_of_actuator` reads another component."""
     if contract.kind != plugin.kind:
@@ -256,7 +245,7 @@ def check_against_contract(plugin: FaultPlugin, contract: WitnessContract) -> No
 
 
 def stamp_observations(
-    plugin: FaultPlugin, stage: WitnessStage, got: object, source: str
+    plugin: FaultPlugin[Any], stage: WitnessStage, got: object, source: str
 ) -> tuple[Observations, list[str]]:
     """What `collect_witness` returned for `stage`, each declared observation stamped with the
     collector identity the engine assigns (`source`: the triggering event's interposer), and the

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import http.client
 import json
-from typing import Any
+from typing import Any, Self
 from urllib.parse import quote
 
-from runner.evaluator.protocol.faultkinds import LOST_RESPONSE
+from runner.evaluator.protocol.faultkinds import LOST_RESPONSE, LostResponseParams
+from runner.runtime.events import Directive
 from runner.runtime.faults.base import (
-    Directive,
     FaultContext,
     FaultPlugin,
     Injection,
@@ -30,12 +30,13 @@ from runner.runtime.faults.base import (
     WitnessStage,
 )
 from runner.runtime.faults.registry import FaultKindPlugin, SelftestCase, register
-from runner.runtime.interposers.proxy import EgressProxy, ExchangeRecord
+from runner.runtime.faults.resources import AttemptResources, CallRecorder
+from runner.runtime.interposers.egress import ExchangeRecord
 
 AFTER = WitnessStage.AFTER_INJECTION
 
 
-class LostResponseFault(FaultPlugin):
+class LostResponseFault(FaultPlugin[LostResponseParams]):
     kind = LOST_RESPONSE
     actuator = "egress_proxy.drop_response"
     actuator_component = "egress_proxy"
@@ -48,16 +49,25 @@ class LostResponseFault(FaultPlugin):
 
     def __init__(
         self,
-        proxy: EgressProxy,
+        proxy: CallRecorder,
         destination: tuple[str, int],
         *,
         scope_field: str = "scope",
         read_timeout: float = 10.0,
+        params: LostResponseParams | None = None,
     ) -> None:
         self.proxy = proxy
         self.destination = destination
         self.scope_field = scope_field
         self.read_timeout = read_timeout
+        self.params = params or LostResponseParams()  # endpoint: the destination, the only one
+
+    @classmethod
+    def build(cls, resources: AttemptResources, params: LostResponseParams) -> Self:
+        """The triggered tool's egress proxy and its effects' ledger (for tool `model`: the model
+        proxy's front and backend ledger, scoped by the request's `model`)."""
+        r = resources
+        return cls(r.egress, r.ledger.address, scope_field=r.ledger.scope_field, params=params)
 
     def inject(self, ctx: FaultContext) -> Injection:
         ev = ctx.require_event()
@@ -184,8 +194,7 @@ def read_effects(
 
 register(
     FaultKindPlugin(
-        kind=LOST_RESPONSE,
-        build=lambda r: LostResponseFault(r.proxy, r.destination.address),
+        LostResponseFault,
         selftest=SelftestCase(
             trigger={"tool": "submit_patch", "ordinal": 1, "phase": "effect_done"},
             parameters={"endpoint": "destination"},

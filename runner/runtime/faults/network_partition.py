@@ -24,11 +24,11 @@ beyond the probe's (bounded wait), delete the rule.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Self
 
-from runner.evaluator.protocol.faultkinds import NETWORK_PARTITION
+from runner.evaluator.protocol.faultkinds import NETWORK_PARTITION, PartitionParams
+from runner.runtime.events import Directive
 from runner.runtime.faults.base import (
-    Directive,
     FaultContext,
     FaultPlugin,
     Injection,
@@ -37,7 +37,8 @@ from runner.runtime.faults.base import (
     WitnessStage,
 )
 from runner.runtime.faults.registry import FaultKindPlugin, SelftestCase, register
-from runner.runtime.host.nft import NftError, PartitionTable
+from runner.runtime.faults.resources import AttemptResources, RuleTable
+from runner.runtime.host.nft import NftError
 from runner.runtime.host.prober import NetnsProber, Target
 
 AFTER = WitnessStage.AFTER_INJECTION
@@ -48,7 +49,7 @@ BLOCK_WAIT_S = 0.025
 CONNECT_TIMEOUT_S = 1.0
 
 
-class NetworkPartitionFault(FaultPlugin):
+class NetworkPartitionFault(FaultPlugin[PartitionParams]):
     kind = NETWORK_PARTITION
     actuator = "nft.drop_rule(netns output)"
     actuator_component = "nftables"
@@ -63,13 +64,14 @@ class NetworkPartitionFault(FaultPlugin):
 
     def __init__(
         self,
-        table: PartitionTable,
+        table: RuleTable,
         prober: NetnsProber,
         target: tuple[str, int],
         control: tuple[str, int],
         *,
         target_source: str = "egress_proxy",
         release_wait: float = 30.0,
+        params: PartitionParams | None = None,
     ) -> None:
         self.table = table
         self.prober = prober
@@ -78,9 +80,19 @@ class NetworkPartitionFault(FaultPlugin):
         self.control = control
         self.target_source = target_source
         self.release_wait = release_wait
+        self.params = params or PartitionParams()
         self._rule_id: str | None = None
         self._packets_after_probe = 0
         self.release_detail: dict[str, Any] = {}
+
+    @classmethod
+    def build(cls, resources: AttemptResources, params: PartitionParams) -> Self:
+        """Cut what the subject connects to for the triggered tool's effects (the egress proxy;
+        the MCP endpoint or the model proxy's front when those carry them); the tool interposer
+        is the control. The prober starts now, before the subject."""
+        r = resources
+        target, control = r.effect_endpoint.address, r.interposer.address
+        return cls(r.table, r.netns.prober(), target, control, params=params)
 
     def inject(self, ctx: FaultContext) -> Injection:
         ev = ctx.require_event()
@@ -125,7 +137,7 @@ class NetworkPartitionFault(FaultPlugin):
     def release(self, ctx: FaultContext) -> None:
         if self._rule_id is None:
             return
-        want = int(ctx.parameters.get("release_after_blocked_attempts", 1))
+        want = self.params.release_after_blocked_attempts
         deadline = time.monotonic() + self.release_wait
         blocked = 0
         while time.monotonic() < deadline:
@@ -181,10 +193,7 @@ class NetworkPartitionFault(FaultPlugin):
 
 register(
     FaultKindPlugin(
-        kind=NETWORK_PARTITION,
-        build=lambda r: NetworkPartitionFault(
-            r.table, r.net.prober(), r.proxy.address, r.interposer.address
-        ),
+        NetworkPartitionFault,
         selftest=SelftestCase(
             trigger={"tool": "submit_patch", "ordinal": 1, "phase": "received"},
             parameters={

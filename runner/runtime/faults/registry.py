@@ -1,11 +1,12 @@
 """Which plugin acts out each fault kind: one registration per kind, made by the kind's module.
 
-A kind's module (`runner/runtime/faults/<kind>.py`) calls `register` with how to build its
-plugin from an attempt's resources and the self-test case (`bench selftest`) that exercises it
-at a point the minimal subject always reaches. Every module of this package is imported on first
-use, so a new kind is one new module here plus its evaluator side (parameter model in
-`runner/evaluator/protocol/faultkinds.py`, contract in `witnesses/<kind>.json`); nothing else
-is edited. The no-op variant of every plugin is its own `noop()`.
+A kind's module (`runner/runtime/faults/<kind>.py`) calls `register` with its plugin class (which
+builds itself from an attempt's resources: `FaultPlugin.build`) and the self-test case (`bench
+selftest`) that exercises it at a point the minimal subject always reaches. Every module of this
+package is imported on first use, so a new kind is one new module here plus its evaluator side
+(parameter model in `runner/evaluator/protocol/faultkinds.py`, contract in
+`witnesses/<kind>.json`); nothing else is edited. The no-op variant of every plugin is its own
+`noop()`.
 """
 
 from __future__ import annotations
@@ -14,15 +15,18 @@ import importlib
 import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from runner.evaluator.protocol.faultkinds import injected_kinds
+from pydantic import BaseModel
+
+from runner.evaluator.protocol.faultkinds import injected_kinds, kind_def
 from runner.runtime.faults.base import FaultPlugin
+from runner.runtime.faults.resources import AttemptResources
 
-if TYPE_CHECKING:
-    from runner.runtime.attempt.run import AttemptResources
+_NOT_KINDS = {"base", "collectors", "registry", "resources"}
 
-_NOT_KINDS = {"base", "collectors", "registry"}
+# How an attempt gets its plugin: a kind's `FaultPlugin.build`, or a test's replacement.
+PluginFactory = Callable[[AttemptResources, Any], FaultPlugin[Any]]
 
 
 @dataclass(frozen=True)
@@ -35,9 +39,12 @@ class SelftestCase:
 
 @dataclass(frozen=True)
 class FaultKindPlugin:
-    kind: str
-    build: Callable[[AttemptResources], FaultPlugin]
+    plugin: type[FaultPlugin[Any]]
     selftest: SelftestCase
+
+    @property
+    def kind(self) -> str:
+        return self.plugin.kind
 
 
 _PLUGINS: dict[str, FaultKindPlugin] = {}
@@ -46,15 +53,22 @@ _discovered = False
 
 def register(entry: FaultKindPlugin) -> FaultKindPlugin:
     """Register a kind's plugin; the kind must be registered with the evaluator first."""
-    if entry.kind not in injected_kinds():
+    cls = entry.plugin
+    kind = getattr(cls, "kind", None)
+    if not isinstance(kind, str):
+        raise ValueError(f"{cls.__name__} declares no fault kind")
+    if kind not in injected_kinds():
         raise ValueError(
-            f"fault kind {entry.kind!r} has no evaluator registration "
+            f"fault kind {kind!r} has no evaluator registration "
             "(runner.evaluator.protocol.faultkinds.register_fault_kind)"
         )
-    old = _PLUGINS.get(entry.kind)
-    if old is not None and old is not entry and old.build is not entry.build:
-        raise ValueError(f"a plugin for fault kind {entry.kind!r} is already registered")
-    _PLUGINS[entry.kind] = entry
+    below_base = cls.__mro__[: cls.__mro__.index(FaultPlugin)]
+    if not any("build" in vars(k) for k in below_base):
+        raise ValueError(f"{cls.__name__} ({kind}) does not override FaultPlugin.build")
+    old = _PLUGINS.get(kind)
+    if old is not None and old.plugin is not cls:
+        raise ValueError(f"a plugin for fault kind {kind!r} is already registered")
+    _PLUGINS[kind] = entry
     return entry
 
 
@@ -89,6 +103,18 @@ def registered() -> tuple[str, ...]:
     return tuple(sorted(_PLUGINS))
 
 
-def build_plugin(resources: AttemptResources) -> FaultPlugin:
-    """The default plugin factory of an attempt: the registered plugin of its plan's kind."""
-    return plugin_for(resources.plan.kind).build(resources)
+def typed_parameters(kind: str, parameters: Mapping[str, Any]) -> BaseModel:
+    """A fault's parameters as its kind's model (the evaluator's), validated and defaulted."""
+    return kind_def(kind).params.model_validate(dict(parameters))
+
+
+def build(
+    kind: str,
+    resources: AttemptResources,
+    parameters: Mapping[str, Any],
+    factory: PluginFactory | None = None,
+) -> FaultPlugin[Any]:
+    """The plugin of one fault of an attempt: `factory` (a test's), else the kind's own `build`,
+    given the kind's typed parameters."""
+    make = factory if factory is not None else plugin_for(kind).plugin.build
+    return make(resources, typed_parameters(kind, parameters))

@@ -15,11 +15,11 @@ Collectors, each reading its own source:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
-from runner.evaluator.protocol.faultkinds import SANDBOX_RESTART
+from runner.evaluator.protocol.faultkinds import SANDBOX_RESTART, RestartParams
+from runner.runtime.events import Directive
 from runner.runtime.faults.base import (
-    Directive,
     FaultContext,
     FaultPlugin,
     Injection,
@@ -28,7 +28,7 @@ from runner.runtime.faults.base import (
     WitnessStage,
 )
 from runner.runtime.faults.registry import FaultKindPlugin, SelftestCase, register
-from runner.runtime.interposers.tools import ToolInterposer
+from runner.runtime.faults.resources import AttemptResources, ToolEndpoint
 from runner.runtime.sandbox.base import Sandbox
 
 BEFORE = WitnessStage.BEFORE_INJECTION
@@ -36,7 +36,7 @@ AFTER = WitnessStage.AFTER_INJECTION
 AFTER_RELEASE = WitnessStage.AFTER_RELEASE
 
 
-class SandboxRestartFault(FaultPlugin):
+class SandboxRestartFault(FaultPlugin[RestartParams]):
     kind = SANDBOX_RESTART
     actuator = "podman.restart_or_recreate+interposer.bump_epoch"
     actuator_component = "container_runtime"
@@ -46,15 +46,20 @@ class SandboxRestartFault(FaultPlugin):
         "interposer_session": Observed("tool_interposer", AFTER_RELEASE),
     }
 
-    def __init__(self, sandbox: Sandbox, interposer: ToolInterposer) -> None:
+    def __init__(
+        self, sandbox: Sandbox, interposer: ToolEndpoint, params: RestartParams | None = None
+    ) -> None:
         self.sandbox = sandbox
         self.interposer = interposer
+        self.params = params or RestartParams()
         self._old_epoch: int | None = None
 
+    @classmethod
+    def build(cls, resources: AttemptResources, params: RestartParams) -> Self:
+        return cls(resources.sandbox, resources.interposer, params)
+
     def inject(self, ctx: FaultContext) -> Injection:
-        mode = str(ctx.parameters.get("mode", "restart"))
-        if mode not in ("restart", "recreate"):
-            return Injection(applied=False, detail={"error": f"unknown mode {mode!r}"})
+        mode = self.params.mode  # "restart" | "recreate": checked by the parameter model
         old = self.interposer.epoch
         if mode == "recreate":
             self.sandbox.recreate()
@@ -95,8 +100,7 @@ class SandboxRestartFault(FaultPlugin):
 
 register(
     FaultKindPlugin(
-        kind=SANDBOX_RESTART,
-        build=lambda r: SandboxRestartFault(r.sandbox, r.interposer),
+        SandboxRestartFault,
         selftest=SelftestCase(
             trigger={"tool": "exec", "ordinal": 2, "phase": "dispatched"},
             parameters={"mode": "restart"},

@@ -21,11 +21,11 @@ Recovery: ask the attempt to relaunch the subject with the same state directory.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Self
 
-from runner.evaluator.protocol.faultkinds import SIGKILL_MID_TOOL_CALL
+from runner.evaluator.protocol.faultkinds import SIGKILL_MID_TOOL_CALL, SigkillParams
+from runner.runtime.events import Directive
 from runner.runtime.faults.base import (
-    Directive,
     FaultContext,
     FaultPlugin,
     Injection,
@@ -35,23 +35,19 @@ from runner.runtime.faults.base import (
 )
 from runner.runtime.faults.collectors import TRIGGERING_INTERPOSER
 from runner.runtime.faults.registry import FaultKindPlugin, SelftestCase, register
+from runner.runtime.faults.resources import (
+    AttemptResources,
+    CallRecorder,
+    ProcessRegistry,
+    ToolEndpoint,
+)
 from runner.runtime.host.procs import Subject, process_identity
-from runner.runtime.interposers.proxy import EgressProxy
-from runner.runtime.interposers.tools import ToolInterposer
 
 BEFORE = WitnessStage.BEFORE_INJECTION
 AFTER = WitnessStage.AFTER_INJECTION
 
 
-class ProcessRegistry(Protocol):
-    """The attempt's record of its subject processes (see runner.runtime.attempt_subject)."""
-
-    def current(self) -> Subject | None: ...
-    def expect_relaunch(self) -> None: ...
-    def request_relaunch(self, reason: str) -> None: ...
-
-
-class SigkillFault(FaultPlugin):
+class SigkillFault(FaultPlugin[SigkillParams]):
     kind = SIGKILL_MID_TOOL_CALL
     actuator = "pidfd_send_signal(SIGKILL)"
     actuator_component = "subject_launcher"
@@ -65,16 +61,23 @@ class SigkillFault(FaultPlugin):
     def __init__(
         self,
         registry: ProcessRegistry,
-        interposer: ToolInterposer,
-        proxy: EgressProxy | None = None,
+        interposer: ToolEndpoint,
+        proxy: CallRecorder | None = None,
         *,
         reap_timeout: float = 3.0,  # under a subject's call timeout: a no-op must not stall it
+        params: SigkillParams | None = None,
     ) -> None:
         self.registry = registry
         self.interposer = interposer
         self.proxy = proxy
         self.reap_timeout = reap_timeout
         self._target: Subject | None = None  # the process named before the signal
+        self.params = params or SigkillParams()  # target: the subject, the only one
+
+    @classmethod
+    def build(cls, resources: AttemptResources, params: SigkillParams) -> Self:
+        """The attempt's subjects; the interposers that may carry the triggering call."""
+        return cls(resources.subjects, resources.interposer, resources.egress, params=params)
 
     def inject(self, ctx: FaultContext) -> Injection:
         ev = ctx.require_event()
@@ -155,8 +158,7 @@ class SigkillFault(FaultPlugin):
 
 register(
     FaultKindPlugin(
-        kind=SIGKILL_MID_TOOL_CALL,
-        build=lambda r: SigkillFault(r.registry, r.interposer, r.proxy),
+        SigkillFault,
         selftest=SelftestCase(
             trigger={"tool": "exec", "ordinal": 2, "phase": "dispatched"},
             parameters={"target": "subject"},

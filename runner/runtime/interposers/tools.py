@@ -39,7 +39,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
 from runner.evaluator.core.types import Phase
-from runner.runtime.attempt.triggers import Decision, Directive, EventSink, NullSink
+from runner.runtime.events import Decision, Directive, EventSink, NullSink
 from runner.runtime.interposers.serving import ServedInThread
 
 SOURCE = "tool_interposer"

@@ -1,7 +1,7 @@
 """The model backend: answers model calls per mode, keeps the ledger of answers it produced.
 
 It listens on 127.0.0.1 only (the subject's namespace cannot reach it); the subject reaches it
-through the model front (an egress proxy, see `proxy.py`), which carries the calls' fault
+through the model front (an egress proxy, see `../egress.py`), which carries the calls' fault
 phases. Per request: the dialect from the path, then
 
 - `live` / `record`: forward to the provider's upstream (`upstream.py`); `record` also keeps
@@ -36,6 +36,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
+import runner.runtime.interposers.modelproxy.dialects as D
 from runner.evaluator.protocol.cassette import (
     Cassette,
     Dialect,
@@ -45,7 +46,6 @@ from runner.evaluator.protocol.cassette import (
     request_key,
 )
 from runner.evaluator.protocol.policy import Policy, PolicyCassette
-from runner.runtime.interposers.modelproxy import dialects as D
 from runner.runtime.interposers.modelproxy.upstream import Forwarder, UpstreamFailure
 
 Mode = Literal["live", "record", "replay", "scripted"]

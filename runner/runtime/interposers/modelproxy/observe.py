@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import runner.runtime.interposers.modelproxy.dialects as D
 from runner.evaluator.evidence.records import (
     EXCERPT_CHARS,
     AskedCall,
@@ -31,7 +32,6 @@ from runner.evaluator.evidence.records import (
     ToolResultRef,
     ToolResultSeen,
 )
-from runner.runtime.interposers.modelproxy import dialects as D
 
 Result = tuple[str, str, bool | None]  # (tool call id, text, is_error)
 

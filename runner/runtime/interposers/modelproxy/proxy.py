@@ -27,11 +27,14 @@ from typing import Self
 
 import h11
 
+import runner.runtime.interposers.modelproxy.dialects as D
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.protocol.cassette import CASSETTE_VERSION, Cassette, RecordedExchange
 from runner.evaluator.protocol.policy import PolicyCassette
-from runner.runtime.attempt.triggers import EventSink
-from runner.runtime.interposers.modelproxy import dialects as D
+from runner.runtime.events import EventSink
+from runner.runtime.interposers.egress import ConnectionRecord, EgressProxy, ExchangeRecord
+from runner.runtime.interposers.egress import _Handler as _EgressHandler
+from runner.runtime.interposers.egress import _Server as _EgressServer
 from runner.runtime.interposers.modelproxy.backend import (
     MODES,
     BackendState,
@@ -41,9 +44,6 @@ from runner.runtime.interposers.modelproxy.backend import (
     make_server,
 )
 from runner.runtime.interposers.modelproxy.upstream import Forwarder, Upstream, resolve
-from runner.runtime.interposers.proxy import ConnectionRecord, EgressProxy, ExchangeRecord
-from runner.runtime.interposers.proxy import _Handler as _EgressHandler
-from runner.runtime.interposers.proxy import _Server as _EgressServer
 
 TOOL = "model"
 DUMMY_KEY = "sk-afb-model-proxy-dummy"  # what the subject is given; dropped by the proxy

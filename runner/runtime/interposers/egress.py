@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 import h11
 
 from runner.evaluator.core.types import Phase
-from runner.runtime.attempt.triggers import Decision, Directive, EventSink, NullSink
+from runner.runtime.events import Decision, Directive, EventSink, NullSink
 from runner.runtime.interposers.serving import ServedInThread
 
 SOURCE = "egress_proxy"

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from runner.evaluator.core.types import Phase
-from runner.runtime.attempt.triggers import Decision, Directive
+from runner.runtime.events import Decision, Directive
 from runner.runtime.interposers.destination import DestinationService
-from runner.runtime.interposers.proxy import EgressProxy
+from runner.runtime.interposers.egress import EgressProxy
 from tests.runtime_interposers.conftest import CountingUpstream, H11Client, effect, request
 
 
