@@ -55,6 +55,12 @@ class Harness:
         self.service: registry.SandboxService
         self._made: list[Sandbox] = []
         self._counter = iter(range(100_000))
+        self.other_run_ids: list[str] = []
+
+    def other_run_id(self) -> str:
+        """A fresh run id of no live run (a "crashed" one); its reservation goes at teardown."""
+        self.other_run_ids.append(naming.new_run_id())
+        return self.other_run_ids[-1]
 
     def make(self, start: bool = True, run_id: str | None = None, **spec_kw: object) -> Sandbox:
         spec = SandboxSpec(
@@ -99,6 +105,9 @@ def harness(backend: registry.Backend, image: str | None = None) -> Iterator[Har
                 h.cleanup()
     finally:
         shutil.rmtree(state, ignore_errors=True)
+        for rid in h.other_run_ids:
+            with contextlib.suppress(BlockingIOError), naming.hold_run(rid):
+                pass  # taking and leaving the lock removes the reservation's lock file
 
 
 # --- the checks ----------------------------------------------------------------------------------
@@ -218,7 +227,7 @@ def kill(h: Harness) -> None:
 
 
 def remove(h: Harness) -> None:
-    run_id = naming.new_run_id()  # its own: the sweep below may look at nothing else
+    run_id = h.other_run_id()  # its own: the sweep below may look at nothing else
     sb = h.make(run_id=run_id)
     sb.remove()
     expect_raises(SandboxError, "exec in a removed sandbox", lambda: sb.exec(["true"]))
@@ -228,7 +237,7 @@ def remove(h: Harness) -> None:
 
 
 def sweep_removes_by_run_name(h: Harness) -> None:
-    crashed = naming.new_run_id()
+    crashed = h.other_run_id()
     dead = h.make(run_id=crashed)
     live = h.make()
     expect(naming.parse_as("container", dead.name) is not None, f"{dead.name!r} is not ours")
