@@ -1,5 +1,6 @@
-"""One running busybox sandbox on a private Podman service, for tests about what sits in front of
-a sandbox (the tool interposer over HTTP, and over MCP): shared so both stand on the same one."""
+"""One running busybox sandbox of the Podman backend (through the sandbox registry), for tests
+about what sits in front of a sandbox (the tool interposer over HTTP, and over MCP): shared so
+both stand on the same one."""
 
 from __future__ import annotations
 
@@ -13,10 +14,8 @@ from pathlib import Path
 import pytest
 
 from runner.runtime.host import naming
-from runner.runtime.host.podman_service import PodmanService
-from runner.runtime.sandbox import testimage
-from runner.runtime.sandbox.base import SandboxSpec
-from runner.runtime.sandbox.podman import PodmanSandbox
+from runner.runtime.sandbox import registry, testimage
+from runner.runtime.sandbox.base import Sandbox, SandboxSpec
 
 
 def podman_missing() -> str | None:
@@ -29,15 +28,16 @@ def podman_missing() -> str | None:
 
 
 @contextlib.contextmanager
-def running_test_sandbox(suffix: str) -> Iterator[PodmanSandbox]:
+def running_test_sandbox(suffix: str) -> Iterator[Sandbox]:
     """Started, under a held run id of its own; removed with its service afterwards."""
     if reason := podman_missing():
         pytest.skip(reason)
+    backend = registry.backend("podman")
     rid = naming.new_run_id()
     d = Path(tempfile.mkdtemp(prefix=f"afb-{suffix}-"))
-    with naming.hold_run(rid), PodmanService(rid, d) as svc:
-        ref, _ = testimage.ensure_test_image()
-        sb = PodmanSandbox(svc.url, SandboxSpec(run_id=rid, name_suffix=suffix, image=ref))
+    with naming.hold_run(rid), backend.service(rid, d) as svc:
+        ref, _ = testimage.ensure_test_image(backend.images())
+        sb = svc.sandbox(SandboxSpec(run_id=rid, name_suffix=suffix, image=ref))
         sb.create()
         try:
             sb.start()

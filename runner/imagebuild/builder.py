@@ -2,8 +2,9 @@
 
 An image directory (e.g. ``images/swe-lite``) holds ``image.toml``: a Debian suite, a package
 list, ``source_date_epoch``, the mmdebstrap variant, an entrypoint script and the task sources
-to bake in. ``build_image`` turns those into a Podman image whose id (the config digest) is a
-pure function of the declared inputs, given an unchanged Debian mirror:
+to bake in. ``build_image`` turns those into an image (a docker-archive, loaded into a sandbox
+backend's ``ImageStore``: runner/runtime/sandbox/registry.py, default Podman's) whose id (the config
+digest) is a pure function of the declared inputs, given an unchanged Debian mirror:
 
 * mmdebstrap runs with ``SOURCE_DATE_EPOCH`` against the mirror named in the host's apt
   configuration (never hard-coded: the workplace forbids committing mirror host names);
@@ -33,9 +34,12 @@ import tempfile
 import tomllib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import rfc8785
+
+if TYPE_CHECKING:
+    from runner.runtime.sandbox.registry import ImageStore
 
 from .archive import (
     BUILDERS,
@@ -173,7 +177,7 @@ class BuiltImage:
     """Identity of a built image, for the grader's identity record."""
 
     tag: str
-    image_id: str  # sha256:<hex> of the config == podman's image id
+    image_id: str  # sha256:<hex> of the config == the image store's id (Podman's image id)
     input_digest: str
     layer_digest: str | None = None
     archive: str | None = None
@@ -215,8 +219,10 @@ def build_image(
     out_dir: Path | None = None,
     load: bool = True,
     cache: Path | None = None,
+    store: ImageStore | None = None,
 ) -> BuiltImage:
-    """Build the image declared in ``image_dir``; load it into Podman unless ``load=False``.
+    """Build the image declared in ``image_dir``; load it into ``store`` (default: the default
+    sandbox backend's) unless ``load=False``.
 
     With ``out_dir`` the layer and docker-archive are kept there (``<hex>.tar``); otherwise a
     temporary directory is used and removed.
@@ -254,10 +260,11 @@ def build_image(
         os.replace(tmp_archive, archive)
         layer.unlink()
         if load:
-            _run(["podman", "load", "-q", "-i", str(archive)])
-            got = podman_image_id(tag)
+            images = image_store(store)
+            images.load_archive(archive)
+            got = images.image_id(tag)
             if got != image_id:
-                raise RuntimeError(f"podman assigned {got} to {tag}, expected {image_id}")
+                raise RuntimeError(f"the image store assigned {got} to {tag}, expected {image_id}")
         return BuiltImage(
             tag=tag,
             image_id=image_id,
@@ -269,35 +276,39 @@ def build_image(
         tmp_ctx.cleanup()
 
 
-def podman_image_id(ref: str) -> str | None:
-    """``sha256:<hex>`` id of a local image, or None if Podman does not have it."""
-    proc = subprocess.run(
-        ["podman", "image", "inspect", "--format", "{{.Id}}", ref],
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        return None
-    return "sha256:" + proc.stdout.strip().removeprefix("sha256:")
+def image_store(store: ImageStore | None = None) -> ImageStore:
+    """``store``, or the default sandbox backend's (asked of the backend registry)."""
+    if store is not None:
+        return store
+    from runner.runtime.sandbox import registry
+
+    return registry.backend().images()
 
 
-def built_image(image_dir: Path) -> BuiltImage | None:
+def image_id(ref: str, store: ImageStore | None = None) -> str | None:
+    """``sha256:<hex>`` id of a local image, or None if the store does not have it."""
+    return image_store(store).image_id(ref)
+
+
+def built_image(image_dir: Path, store: ImageStore | None = None) -> BuiltImage | None:
     """Identity of the already-loaded image for ``image_dir``'s current inputs, if present."""
     tag = image_tag(image_dir)
-    image_id = podman_image_id(tag)
-    if image_id is None:
+    found = image_id(tag, store)
+    if found is None:
         return None
-    return BuiltImage(tag=tag, image_id=image_id, input_digest=image_input_digest(image_dir))
+    return BuiltImage(tag=tag, image_id=found, input_digest=image_input_digest(image_dir))
 
 
-def ensure_image(image_dir: Path, *, cache: Path | None = None) -> BuiltImage:
+def ensure_image(
+    image_dir: Path, *, cache: Path | None = None, store: ImageStore | None = None
+) -> BuiltImage:
     """Return the loaded image for ``image_dir``, building it only when its tag is missing."""
-    return built_image(image_dir) or build_image(image_dir, cache=cache)
+    return built_image(image_dir, store) or build_image(image_dir, cache=cache, store=store)
 
 
-def image_identity(image_dir: Path) -> dict[str, str]:
+def image_identity(image_dir: Path, store: ImageStore | None = None) -> dict[str, str]:
     """``{"tag", "image_id", "input_digest"}`` of the built image (raises if not built)."""
-    img = built_image(image_dir)
+    img = built_image(image_dir, store)
     if img is None:
         raise LookupError(f"image for {image_dir} ({image_tag(image_dir)}) is not built")
     return {"tag": img.tag, "image_id": img.image_id, "input_digest": img.input_digest}

@@ -29,7 +29,7 @@ from runner.runtime.attempt.api import AttemptPlan, GradeContext, GradeOutcome, 
 from runner.runtime.attempt.run import journal_name, run_attempt
 from runner.runtime.attempt.services import RunServices
 from runner.runtime.host import naming
-from runner.runtime.sandbox import testimage
+from runner.runtime.sandbox import registry, testimage
 
 SCORER_VERSION = "selftest-1"
 ACTUATORS: tuple[Literal["real", "noop"], ...] = ("real", "noop")
@@ -201,6 +201,7 @@ def run_selftest(
     run_dir: Path | None = None,
     keep: bool = False,
     on_row: Callable[[Row], None] | None = None,
+    sandbox_backend: str = registry.DEFAULT,
 ) -> tuple[list[Row], Path]:
     """Run each kind real then no-op; returns the rows and the run directory used.
 
@@ -209,13 +210,13 @@ def run_selftest(
     """
     if kinds is None:
         kinds = sorted(set(injected_kinds()) | set(faults.registered()))
-    image = image or testimage.ensure_test_image()[0]
+    image = image or testimage.ensure_test_image(registry.backend(sandbox_backend).images())[0]
     run_id = naming.new_run_id()
     owned = run_dir is None
     rd = run_dir or Path(tempfile.mkdtemp(prefix="afb-st-"))
     rows: list[Row] = []
     try:
-        with RunServices(run_id, rd) as services:
+        with RunServices(run_id, rd, sandbox_backend=sandbox_backend) as services:
             for kind in kinds:
                 try:
                     faults.plugin_for(kind)

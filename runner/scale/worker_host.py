@@ -1,7 +1,8 @@
 """Can this host run attempts? The checks `bench worker` makes before it accepts any work.
 
-An attempt needs root (network namespaces, nftables, a private Podman service, subjects run as
-`nobody`), a working Podman, `nft`, and the sandbox image of every spec it serves, loaded and
+An attempt needs root (network namespaces, nftables, the sandbox backend's service, subjects run
+as `nobody`), a usable sandbox backend (its `host_problems`: for Podman, `podman info` answers),
+`nft`, and the sandbox image of every spec it serves, loaded in the backend's image store and
 tagged by its input digest (the tag is derived from the image's declared inputs, so a present
 tag is the image those inputs build). A worker that accepted work without them would turn every
 attempt it took into HARNESS_INVALID; it refuses to start instead, naming each missing thing.
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -47,49 +47,42 @@ def parse_resources(text: str | None, key: str = "--resources") -> dict[str, flo
     return out
 
 
-def host_problems(specs: Sequence[Path]) -> list[str]:
+def host_problems(specs: Sequence[Path], sandbox_backend: str | None = None) -> list[str]:
     """Everything that keeps this host from running the specs' attempts ([] when ready)."""
+    from runner.runtime.sandbox import registry
+
+    backend = registry.backend(sandbox_backend or registry.DEFAULT)
     problems = []
     if os.geteuid() != 0:
-        problems.append("not root: attempts need network namespaces, nftables and Podman as root")
+        problems.append(
+            f"not root: attempts need network namespaces, nftables and {backend.name} as root"
+        )
     if shutil.which("nft") is None:
         problems.append("nft not found on PATH (nftables: the partition fault and its witness)")
-    podman = shutil.which("podman")
-    if podman is None:
-        problems.append("podman not found on PATH")
-    else:
-        try:
-            r = subprocess.run(
-                [podman, "info", "--format", "{{.Host.OCIRuntime.Name}}"],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-            if r.returncode != 0:
-                problems.append(
-                    f"podman is not usable: `podman info` exited {r.returncode}: "
-                    f"{r.stderr.strip()[-300:]}"
-                )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            problems.append(f"podman is not usable: {exc}")
-    problems += image_problems(specs) if podman is not None else []
+    backend_problems = backend.host_problems()
+    problems += backend_problems
+    problems += image_problems(specs, backend.name) if not backend_problems else []
     return problems
 
 
-def image_problems(specs: Sequence[Path]) -> list[str]:
+def image_problems(specs: Sequence[Path], sandbox_backend: str | None = None) -> list[str]:
     """Each spec's sandbox image must be loaded under the tag of its current input digest."""
     from runner.benchmarks.registry import workload_for
     from runner.evaluator.protocol.specload import load_spec
     from runner.imagebuild import builder as images
+    from runner.runtime.sandbox import registry
 
+    backend = registry.backend(sandbox_backend or registry.DEFAULT)
+    store = backend.images()
     problems = []
     for spec_path in specs:
         workload = workload_for(load_spec(spec_path), spec_path)  # InputError: a bad spec
         image_dir = project_root() / "images" / workload.image
-        if images.built_image(image_dir) is None:
+        if images.built_image(image_dir, store) is None:
             problems.append(
                 f"{spec_path}: image {images.image_tag(image_dir)} (input digest "
-                f"{images.image_input_digest(image_dir)}) is not loaded in Podman; build it with "
+                f"{images.image_input_digest(image_dir)}) is not loaded in {backend.name}; "
+                "build it with "
                 f"`bench images build images/{workload.image} --if-missing`"
             )
     return problems

@@ -35,6 +35,7 @@ from runner.runtime.attempt.api import AttemptPlan
 from runner.runtime.attempt.services import RunServices
 from runner.runtime.executor import MatrixRun
 from runner.runtime.host import naming, paths
+from runner.runtime.sandbox import registry
 from runner.scale.cluster_bundle import AttemptBundle, AttemptRequest, WorkerRefusal
 
 STARTED_TOPIC = "afb-attempt-started"
@@ -66,11 +67,14 @@ def scratch_dir(worker_id: str) -> Path:
 
 
 class WorkerRuntime:
-    """Run services (liveness lock, private Podman service, reaper) for this worker's life."""
+    """Run services (liveness lock, the sandbox backend's service, reaper) for this worker's
+    life."""
 
-    def __init__(self) -> None:
+    def __init__(self, sandbox_backend: str = registry.DEFAULT) -> None:
         self.worker_id = naming.new_run_id()
-        self.services = RunServices(self.worker_id, scratch_dir(self.worker_id))
+        self.services = RunServices(
+            self.worker_id, scratch_dir(self.worker_id), sandbox_backend=sandbox_backend
+        )
         self.scratch = self.services.run_dir
         self._lock = threading.Lock()  # one attempt at a time: scratch holds one attempt
         self._protocols: dict[tuple[str, str], _Protocol] = {}
@@ -124,7 +128,7 @@ class WorkerRuntime:
         except InputError as exc:
             raise WorkerRefusal(f"worker {self.worker_id}: {exc.render()}") from None
         image_dir = project_root() / "images" / workload.image
-        built = images.built_image(image_dir)
+        built = images.built_image(image_dir, self.services.backend.images())
         if built is None or built.tag != req.image:
             have = built.tag if built is not None else f"no image for {image_dir}"
             raise WorkerRefusal(

@@ -288,7 +288,7 @@ def test_the_sandbox_image_holds_no_answer_and_a_planted_one_is_found(
     markers: dict[str, Markers],
 ) -> None:
     tag = images.image_tag(ROOT / "images" / "swe-lite")
-    if images.podman_image_id(tag) is None:
+    if images.image_id(tag) is None:
         pytest.fail(f"the swe-lite image {tag} is not built (bench images build images/swe-lite)")
     found, files = leaks_in_image(tag, markers.values())
     assert files > 1000 and found == []

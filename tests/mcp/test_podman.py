@@ -22,7 +22,7 @@ from runner.runtime.faults.sandbox_restart import SandboxRestartFault
 from runner.runtime.interposers.destination import DestinationService
 from runner.runtime.interposers.mcp_tools import McpToolServer
 from runner.runtime.interposers.tools import ToolInterposer
-from runner.runtime.sandbox.podman import PodmanSandbox
+from runner.runtime.sandbox.base import Sandbox
 from tests.mcp.helpers import Rig, judged_attempt, run
 from tests.podman_sandbox import running_test_sandbox
 
@@ -30,12 +30,12 @@ pytestmark = pytest.mark.runtime
 
 
 @pytest.fixture(scope="module")
-def podman() -> Iterator[PodmanSandbox]:
+def podman() -> Iterator[Sandbox]:
     with running_test_sandbox("mcp") as sb:
         yield sb
 
 
-def test_a_real_mcp_client_lists_and_calls_the_tools(podman: PodmanSandbox) -> None:
+def test_a_real_mcp_client_lists_and_calls_the_tools(podman: Sandbox) -> None:
     with (
         ToolInterposer(podman, run_tests_argv=["/bin/sh", "-c", "test -f /tmp/m.txt"]) as ti,
         McpToolServer(ti) as m,
@@ -79,7 +79,7 @@ def _restart_subject(rig: Rig) -> list[Any]:
 
 @pytest.mark.parametrize("actuator", ["real", "noop"])
 def test_a_sandbox_restart_under_an_mcp_session(
-    podman: PodmanSandbox,
+    podman: Sandbox,
     journal: Journal,
     destination: DestinationService,
     contracts: dict[FaultKind, WitnessContract],

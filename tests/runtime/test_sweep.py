@@ -6,7 +6,7 @@ import contextlib
 import secrets
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -169,3 +169,25 @@ def test_bench_sweep_prints_every_removed_thing() -> None:
     assert not state.exists()
     again = CliRunner().invoke(app, ["sweep", "--run", crashed])
     assert again.exit_code == 0 and "nothing to remove" in again.output, again.output
+
+
+def test_sweep_asks_every_registered_sandbox_backend() -> None:
+    """A backend is swept by registering it: its sweep gets the selector, its report is kept."""
+    from runner.runtime.sandbox import podman, registry
+
+    crashed, asked = naming.new_run_id(), []
+
+    def fake_sweep(wants: Callable[[str], bool]) -> registry.SweepResult:
+        asked.append(wants(crashed))
+        return registry.SweepResult([f"fake-{crashed}"], ["one it could not remove"])
+
+    registry.register(
+        registry.Backend("fake", podman.PodmanRunService, fake_sweep, podman.PodmanImages, list)
+    )
+    try:
+        report = sweep(crashed)
+    finally:
+        registry.unregister("fake")
+    assert asked == [True]
+    assert report.containers == [f"fake-{crashed}"]
+    assert report.errors == ["fake: one it could not remove"]

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from runner.runtime.interposers.tools import ToolInterposer
-from runner.runtime.sandbox.podman import PodmanSandbox
+from runner.runtime.sandbox.base import Sandbox
 from tests.podman_sandbox import running_test_sandbox
 from tests.runtime_interposers.conftest import request
 
@@ -15,12 +15,12 @@ pytestmark = pytest.mark.runtime
 
 
 @pytest.fixture(scope="module")
-def sandbox() -> Iterator[PodmanSandbox]:
+def sandbox() -> Iterator[Sandbox]:
     with running_test_sandbox("interposer") as sb:
         yield sb
 
 
-def test_tools_and_restart_through_podman(sandbox: PodmanSandbox) -> None:
+def test_tools_and_restart_through_podman(sandbox: Sandbox) -> None:
     with ToolInterposer(sandbox, run_tests_argv=["/bin/sh", "-c", "test -f /tmp/a.txt"]) as ti:
         sid = request(ti.address, "POST", "/session", {})[1]["session_id"]
 

@@ -87,3 +87,23 @@ def test_bench_worker_names_a_bad_scheduler_address() -> None:
         timeout=300,
     )
     assert r.returncode == 2 and "--scheduler" in r.stderr and "tcp://HOST:PORT" in r.stderr
+
+
+def test_the_sandbox_backend_asked_is_the_one_checked() -> None:
+    """A backend that cannot run here is named, and no image is looked up in its store."""
+    from runner.runtime.sandbox import podman, registry
+
+    def no_store() -> registry.ImageStore:
+        raise AssertionError("an unusable backend's image store was asked")
+
+    registry.register(
+        registry.Backend("unusable", podman.PodmanRunService, podman.sweep_containers,
+                         no_store, lambda: ["unusable: its daemon is not installed"])
+    )  # fmt: skip
+    try:
+        problems = worker_host.host_problems([SMOKE], "unusable")
+    finally:
+        registry.unregister("unusable")
+    assert problems == ["unusable: its daemon is not installed"]
+    with pytest.raises(registry.UnknownBackend, match=r"registered: .*podman"):
+        worker_host.host_problems([SMOKE], "unusable")

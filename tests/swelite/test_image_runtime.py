@@ -44,7 +44,7 @@ def test_build_twice_same_image_id(tmp_path: Path, sdists: dict[str, Path]) -> N
 @pytest.fixture(scope="module")
 def swelite_image(sdists: dict[str, Path]) -> images.BuiltImage:
     img = images.ensure_image(IMAGE_DIR)
-    assert images.podman_image_id(img.tag) == img.image_id
+    assert images.image_id(img.tag) == img.image_id
     assert images.image_identity(IMAGE_DIR)["image_id"] == img.image_id
     return img
 

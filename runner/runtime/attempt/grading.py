@@ -16,7 +16,6 @@ from runner.runtime.attempt.api import (
 )
 from runner.runtime.attempt.services import RunServices
 from runner.runtime.sandbox.base import Sandbox, SandboxSpec
-from runner.runtime.sandbox.podman import PodmanSandbox
 
 LEDGER_SHAPE = ShapeCheck(
     status=200,
@@ -67,7 +66,7 @@ def make_fresh_sandbox(
         spec = SandboxSpec(
             run_id=services.run_id, name_suffix=f"{prefix}-grade{next(counter)}", image=image
         )
-        sb: Sandbox = PodmanSandbox(services.podman.url, spec)
+        sb = services.sandbox(spec)
         try:
             sb.create()
             sb.start()

@@ -60,7 +60,6 @@ from runner.runtime.interposers.egress import EgressProxy
 from runner.runtime.interposers.modelproxy.observe import ExchangeObserver
 from runner.runtime.interposers.tools import ToolInterposer
 from runner.runtime.sandbox.base import Sandbox, SandboxSpec
-from runner.runtime.sandbox.podman import PodmanSandbox
 
 Outcome = Literal[
     "subject_finished",
@@ -242,8 +241,8 @@ class _Attempt:
         st.callback(table.delete)
         table.create()
         self.stage = "sandbox"
-        sandbox: Sandbox = PodmanSandbox(
-            s.podman.url, SandboxSpec(run_id=s.run_id, name_suffix=f"a{net.index}", image=p.image)
+        sandbox: Sandbox = s.sandbox(
+            SandboxSpec(run_id=s.run_id, name_suffix=f"a{net.index}", image=p.image)
         )
         st.callback(sandbox.close)
         st.callback(sandbox.remove)

@@ -1,5 +1,5 @@
-"""What one run shares across its attempts: `RunServices` (lock, Podman service, reaper,
-evidence store, subject launcher, witness contracts)."""
+"""What one run shares across its attempts: `RunServices` (lock, the sandbox backend's service,
+reaper, evidence store, subject launcher, witness contracts)."""
 
 from __future__ import annotations
 
@@ -18,12 +18,15 @@ from runner.evaluator.protocol.faultkinds import (
 from runner.evaluator.protocol.witness import WitnessContract, load_contracts
 from runner.runtime.attempt.orphans import archive_orphan_ledgers, remove_partial_blobs
 from runner.runtime.host import naming, paths
-from runner.runtime.host.podman_service import PodmanService
 from runner.runtime.host.procs import Reaper, SubjectLauncher
+from runner.runtime.sandbox import registry
+from runner.runtime.sandbox.base import Sandbox, SandboxSpec
 
 
 class RunServices:
-    """One per run: liveness lock, private Podman service, one reaper, the evidence store.
+    """One per run: liveness lock, the sandbox backend's service (`sandbox_backend`, a name in
+    runner/runtime/sandbox/registry.py; Podman's is a private `podman system service`), one
+    reaper, the evidence store.
 
     The run directory is made root-only (0700): subjects run as `nobody` and cannot write
     evidence. Subject state directories live under `subject_root` (default
@@ -38,14 +41,16 @@ class RunServices:
         subject_root: Path | None = None,
         keep_subject_dirs: bool = False,
         witnesses_dir: Path | None = None,
+        sandbox_backend: str = registry.DEFAULT,
     ) -> None:
+        self.backend = registry.backend(sandbox_backend)
         self.run_id = naming.check_run_id(run_id)
         self.run_dir = Path(run_dir).resolve()  # the podman socket URL must be absolute
         self.subject_root = subject_root or paths.SUBJECT_ROOT / run_id
         self.keep_subject_dirs = keep_subject_dirs
         self.witnesses_dir = witnesses_dir or project_root() / "witnesses"
         self._stack = ExitStack()
-        self.podman: PodmanService
+        self.sandboxes: registry.SandboxService
         self.reaper: Reaper
         self.evidence: EvidenceStore
         self.launcher: SubjectLauncher
@@ -59,8 +64,8 @@ class RunServices:
         try:
             self._stack.enter_context(naming.hold_run(self.run_id))
             # The service's socket and log are runtime state, not evidence: outside the run dir.
-            self.podman = self._stack.enter_context(
-                PodmanService(self.run_id, paths.PODMAN_ROOT / self.run_id)
+            self.sandboxes = self._stack.enter_context(
+                self.backend.service(self.run_id, paths.PODMAN_ROOT / self.run_id)
             )
             self.reaper = self._stack.enter_context(Reaper())
             self.evidence = EvidenceStore(self.run_dir)
@@ -74,6 +79,10 @@ class RunServices:
             self._stack.close()
             raise
         return self
+
+    def sandbox(self, spec: SandboxSpec) -> Sandbox:
+        """A sandbox of this run's backend (not yet created)."""
+        return self.sandboxes.sandbox(spec)
 
     def __exit__(
         self,

@@ -6,19 +6,17 @@ is held (`naming.hold_run`) are skipped unless include_live=True. A run judged d
 the sweep itself (`naming.lock_run`, marked as a sweeper) until the sweep ends, so a run resumed
 meanwhile waits instead of having its fresh resources removed; its lock file then goes too.
 
-Order matters: processes first (so nothing re-creates resources), then containers (via the
-podman CLI: no service needed), then host nft tables, veths, and namespaces (which take the
-tables inside them along).
+Order matters: processes first (so nothing re-creates resources), then every registered sandbox
+backend's sandboxes (its `sweep`, by name; Podman's uses the podman CLI: no service needed), then
+host nft tables, veths, and namespaces (which take the tables inside them along).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -27,7 +25,7 @@ from pydantic import BaseModel, Field
 from runner.evaluator.core.errors import InputError
 from runner.runtime import subjectenv
 from runner.runtime.host import naming, netns, nft, paths
-from runner.runtime.host.podman_service import SERVICE_ROLE
+from runner.runtime.sandbox import registry
 
 # Podman helpers may inherit a service's env; containers are removed via podman instead.
 _SPARE_COMMS = frozenset({"conmon", "runc", "crun"})
@@ -35,7 +33,7 @@ _SPARE_COMMS = frozenset({"conmon", "runc", "crun"})
 
 class SweepReport(BaseModel):
     processes: list[str] = Field(default_factory=list)  # "<pid> <role> <run id>"
-    containers: list[str] = Field(default_factory=list)
+    containers: list[str] = Field(default_factory=list)  # sandboxes, of every backend
     nft_tables: list[str] = Field(default_factory=list)
     veths: list[str] = Field(default_factory=list)
     netns: list[str] = Field(default_factory=list)
@@ -130,9 +128,10 @@ def _sweep_processes(sel: _Selector, report: SweepReport) -> None:
                 os.close(pidfd)
                 continue
             victims.append((pid, pidfd, found[1], found[0]))
-    # Services get SIGTERM first so podman can tidy up; subjects are killed outright.
+    # Backend services get SIGTERM first so they can tidy up; subjects are killed outright.
+    services = registry.service_roles()
     for _pid, pidfd, role, _ in victims:
-        sig = signal.SIGTERM if role == SERVICE_ROLE else signal.SIGKILL
+        sig = signal.SIGTERM if role in services else signal.SIGKILL
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(pidfd, sig)
     deadline = time.monotonic() + 10
@@ -155,25 +154,12 @@ def _alive(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] not in "ZX"
 
 
-def _sweep_containers(sel: _Selector, report: SweepReport) -> None:
-    r = subprocess.run(
-        ["podman", "ps", "-a", "--format", "json"], capture_output=True, text=True, timeout=60
-    )
-    if r.returncode != 0:
-        report.errors.append(f"podman ps: {r.stderr.strip()}")
-        return
-    for c in json.loads(r.stdout or "[]"):
-        name = (c.get("Names") or [""])[0]
-        parsed = naming.parse_as("container", name)
-        if parsed is None or not sel.wants(parsed.run_id):
-            continue
-        rm = subprocess.run(
-            ["podman", "rm", "-f", "-t", "0", c["Id"]], capture_output=True, text=True, timeout=60
-        )
-        if rm.returncode == 0:
-            report.containers.append(name)
-        else:
-            report.errors.append(f"podman rm {name}: {rm.stderr.strip()}")
+def _sweep_sandboxes(sel: _Selector, report: SweepReport) -> None:
+    """Each registered backend removes the sandboxes of the runs the selector wants."""
+    for name in registry.registered():
+        result = registry.backend(name).sweep(sel.wants)
+        report.containers += result.removed
+        report.errors += [f"{name}: {e}" for e in result.errors]
 
 
 def _sweep_network(sel: _Selector, report: SweepReport) -> None:
@@ -221,7 +207,7 @@ def sweep(
     sel = _Selector(prefix_filter, include_live, report)
     try:
         _sweep_processes(sel, report)
-        _sweep_containers(sel, report)
+        _sweep_sandboxes(sel, report)
         _sweep_network(sel, report)
         _sweep_state_dirs(sel, report)
         _sweep_stale_locks(sel)

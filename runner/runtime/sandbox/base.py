@@ -1,7 +1,8 @@
 """The sandbox interface every backend implements (`podman.PodmanSandbox` is the first).
 
-Fault plugins, interposers and attempts use only this protocol; the conformance suite
-(tests/runtime/test_sandbox_conformance.py) is what a backend must pass.
+Fault plugins, interposers and attempts use only this protocol; a backend registers itself in
+`registry.py`, and the conformance suite (`conformance.py`, `bench selftest --sandbox NAME`) is
+what it must pass.
 
 Identity (for the sandbox_restart witness) = container id + init pid + start time + a boot
 token the sandbox writes at every start, so a reader can tell this boot from a stale one.

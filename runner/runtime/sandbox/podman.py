@@ -1,5 +1,9 @@
 """The Podman sandbox backend (podman-py, private socket); the interface is `base.Sandbox`.
 
+Registered as "podman" (the default, `registry.DEFAULT`): the run's service is a private
+`podman system service` (host/podman_service.py), the sweep removes containers by name through
+the podman CLI (no service needed), images live in the host's Podman store.
+
 Identity for the sandbox_restart witness = container id + init pid + start time (from
 inspect) + a boot token. The token is written by our entrypoint wrapper at every start,
 tagged with PID 1's /proc starttime, so a reader can tell a token of *this* boot from a
@@ -15,17 +19,23 @@ import io
 import json
 import os
 import selectors
+import shutil
 import signal
 import socket
 import struct
+import subprocess
 import tarfile
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import podman
 from podman.domain.containers import Container
 from podman.errors import APIError, NotFound
 
 from runner.runtime.host import naming
+from runner.runtime.host.podman_service import SERVICE_ROLE, PodmanService
+from runner.runtime.sandbox import registry
 from runner.runtime.sandbox.base import (
     ExecResult,
     ExecTimeout,
@@ -312,3 +322,106 @@ class PodmanSandbox:
 
     def close(self) -> None:
         self.client.close()  # type: ignore[no-untyped-call]
+
+
+# --- the backend's registration ---------------------------------------------------------------
+
+
+class PodmanRunService(PodmanService):
+    """The run's private Podman service; its factory makes sandboxes on the service's socket."""
+
+    def __enter__(self) -> PodmanRunService:
+        self.start()
+        return self
+
+    def sandbox(self, spec: SandboxSpec) -> PodmanSandbox:
+        return PodmanSandbox(self.url, spec)
+
+
+def sweep_containers(wants: Callable[[str], bool]) -> registry.SweepResult:
+    """Remove containers whose name parses back to a run id `wants` (the podman CLI: a crashed
+    run's service is gone)."""
+    result = registry.SweepResult()
+    r = subprocess.run(
+        ["podman", "ps", "-a", "--format", "json"], capture_output=True, text=True, timeout=60
+    )
+    if r.returncode != 0:
+        result.errors.append(f"podman ps: {r.stderr.strip()}")
+        return result
+    for c in json.loads(r.stdout or "[]"):
+        name = (c.get("Names") or [""])[0]
+        parsed = naming.parse_as("container", name)
+        if parsed is None or not wants(parsed.run_id):
+            continue
+        rm = subprocess.run(
+            ["podman", "rm", "-f", "-t", "0", c["Id"]], capture_output=True, text=True, timeout=60
+        )
+        if rm.returncode == 0:
+            result.removed.append(name)
+        else:
+            result.errors.append(f"podman rm {name}: {rm.stderr.strip()}")
+    return result
+
+
+class PodmanImages:
+    """The host's Podman image store (the podman CLI)."""
+
+    def image_id(self, ref: str) -> str | None:
+        proc = subprocess.run(
+            ["podman", "image", "inspect", "--format", "{{.Id}}", ref],
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            return None
+        return "sha256:" + proc.stdout.strip().removeprefix("sha256:")
+
+    def load_archive(self, archive: Path) -> None:
+        _podman(["load", "-q", "-i", str(archive)])
+
+    def import_rootfs(self, rootfs_tar: bytes, ref: str) -> None:
+        # podman import reads from stdin with "-"; no temp file needed.
+        _podman(["import", "--change", 'CMD=["/bin/sh"]', "-", ref], stdin=rootfs_tar)
+
+    def remove(self, ref: str) -> None:
+        subprocess.run(["podman", "rmi", ref], capture_output=True)
+
+
+def _podman(args: list[str], stdin: bytes | None = None) -> None:
+    proc = subprocess.run(["podman", *args], input=stdin, capture_output=True)
+    if proc.returncode != 0:
+        err = proc.stderr.decode(errors="replace")[-4000:]
+        raise RuntimeError(f"podman {' '.join(args[:2])} failed ({proc.returncode}): {err}")
+
+
+def host_problems() -> list[str]:
+    """Podman on PATH and answering `podman info` ([] when usable)."""
+    podman = shutil.which("podman")
+    if podman is None:
+        return ["podman not found on PATH"]
+    try:
+        r = subprocess.run(
+            [podman, "info", "--format", "{{.Host.OCIRuntime.Name}}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [f"podman is not usable: {exc}"]
+    if r.returncode != 0:
+        return [
+            f"podman is not usable: `podman info` exited {r.returncode}: {r.stderr.strip()[-300:]}"
+        ]
+    return []
+
+
+BACKEND = registry.register(
+    registry.Backend(
+        name="podman",
+        service=PodmanRunService,
+        sweep=sweep_containers,
+        images=PodmanImages,
+        host_problems=host_problems,
+        service_role=SERVICE_ROLE,
+    )
+)

@@ -1,19 +1,23 @@
 """Tiny busybox image for runtime tests, built locally (there is no registry access).
 
 The rootfs is Debian's busybox-static binary plus one symlink per applet, written as a
-deterministic tar (sorted entries, mtime 0, uid/gid 0) and `podman import`ed. The tag is
-the tar's sha256, so the same busybox binary always yields the same tag and a rebuild is
-skipped when the image is already present.
+deterministic tar (sorted entries, mtime 0, uid/gid 0) and imported into a backend's image
+store (`registry.ImageStore.import_rootfs`; default: the default backend's). The tag is the tar's
+sha256, so the same busybox binary always yields the same tag and a rebuild is skipped when the
+image is already present.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
-import json
 import subprocess
 import tarfile
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from runner.runtime.sandbox.registry import ImageStore
 
 BUSYBOX = Path("/bin/busybox")
 IMAGE_REPO = "localhost/afb-testimage"
@@ -63,34 +67,23 @@ def build_rootfs_tar(busybox: Path = BUSYBOX) -> bytes:
     return buf.getvalue()
 
 
-def image_exists(ref: str) -> bool:
-    r = subprocess.run(["podman", "image", "exists", ref], capture_output=True)
-    return r.returncode == 0
+def _store(store: ImageStore | None) -> ImageStore:
+    from runner.runtime.sandbox import registry
+
+    return store if store is not None else registry.backend().images()
 
 
-def ensure_test_image(workdir: Path | None = None) -> tuple[str, bool]:
+def ensure_test_image(store: ImageStore | None = None) -> tuple[str, bool]:
     """Build (if absent) and return (image ref, built_now)."""
+    images = _store(store)
     data = build_rootfs_tar()
     ref = f"{IMAGE_REPO}:{hashlib.sha256(data).hexdigest()[:16]}"
-    if image_exists(ref):
+    if images.image_id(ref) is not None:
         return ref, False
-    # podman import reads from stdin with "-"; no temp file needed.
-    subprocess.run(
-        ["podman", "import", "--change", 'CMD=["/bin/sh"]', "-", ref],
-        input=data,
-        check=True,
-        capture_output=True,
-    )
+    images.import_rootfs(data, ref)
     return ref, True
 
 
-def remove_image(ref: str) -> None:
+def remove_image(ref: str, store: ImageStore | None = None) -> None:
     """Best effort: the image may be in use by another suite's containers."""
-    subprocess.run(["podman", "rmi", ref], capture_output=True)
-
-
-def image_id(ref: str) -> str:
-    out = subprocess.run(
-        ["podman", "image", "inspect", ref], check=True, capture_output=True, text=True
-    )
-    return str(json.loads(out.stdout)[0]["Id"])
+    _store(store).remove(ref)
