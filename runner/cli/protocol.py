@@ -200,14 +200,24 @@ def amend(
 @guarded
 def schema(
     directory: Annotated[
-        Path | None, typer.Option(help="where to write (default: the checkout's schemas/)")
+        Path | None,
+        typer.Option(
+            help="where to write (default: the checkout; runtime schemas in their subfolders)"
+        ),
     ] = None,
     check: Annotated[bool, typer.Option(help="only report drift, exit 1 on any")] = False,
 ) -> None:
-    """Regenerate the JSON Schemas in schemas/ from the typed models."""
-    directory = directory or project_root() / "schemas"
-    changed = write_schemas(directory, check=check)
-    for name in changed:
-        out.print(f"{'drift' if check else 'wrote'} {directory / name}")
-    if check and changed:
+    """Regenerate the JSON Schemas from the typed models: the evaluator's in schemas/, the
+    runtime's (subject configs, cassettes) beside their models (runner/runtime/*/schemas/)."""
+    from runner.runtime.schemas import runtime_schema_sets
+
+    base = directory or project_root()
+    sets = [(directory or base / "schemas", None)]
+    sets += [(base / folder, models) for folder, models in runtime_schema_sets().items()]
+    drifted = False
+    for folder, models in sets:
+        for name in write_schemas(folder, check=check, models=models):
+            drifted = True
+            out.print(f"{'drift' if check else 'wrote'} {folder / name}")
+    if check and drifted:
         raise typer.Exit(1)

@@ -58,7 +58,7 @@ def cassettes(
     mcp-responses), per model policy (careful, naive), per task; then each folder's digest
     (a spec's `model.digest`)."""
     from runner.benchmarks.swe_lite.cassettes import write_policy_cassettes
-    from runner.evaluator.protocol.subjects import tree_digest
+    from runner.runtime.subjects.tree import tree_digest
 
     if not spec.is_file():
         raise InputError("no such spec", file=str(spec))

@@ -32,7 +32,8 @@ from pathlib import Path
 
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.inputs import project_root
-from runner.evaluator.protocol.subjects import UvEnvironment, tree_digest
+from runner.runtime.subjects.config import UvEnvironment
+from runner.runtime.subjects.tree import tree_digest
 
 ENV_ROOT = Path("/var/lib/afb/subject-envs")
 MARKER = "afb-env.json"

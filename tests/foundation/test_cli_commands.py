@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from runner.cli.main import app
-from runner.evaluator.protocol.subjects import tree_digest
+from runner.runtime.subjects.tree import tree_digest
 
 ROOT = Path(__file__).resolve().parents[2]
 cli = CliRunner()

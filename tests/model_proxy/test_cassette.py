@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runner.evaluator.core.errors import InputError
-from runner.evaluator.protocol.cassette import (
+from runner.runtime.cassettes.format import (
     VOLATILE_FIELDS,
     Cassette,
     RecordedExchange,

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.evaluator.protocol.cassette import (
+from runner.runtime.cassettes.format import (
     RecordedExchange,
     RecordedResponse,
     request_key,

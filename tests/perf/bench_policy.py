@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 
 from runner.evaluator.core.inputs import project_root
-from runner.evaluator.protocol.cassette import Cassette, ScriptedTurn, ToolCall, load_cassette
+from runner.runtime.cassettes.format import Cassette, ScriptedTurn, ToolCall, load_cassette
 from runner.runtime.interposers.modelproxy import ModelProxy
 from runner.runtime.interposers.modelproxy.backend import BackendState
 

@@ -17,8 +17,10 @@ from hypothesis import strategies as st
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.protocol.spec import Subject
 from runner.evaluator.protocol.specload import load_spec
-from runner.evaluator.protocol.subjects import UvEnvironment, tree_digest
-from runner.runtime.adapters import CommandAdapter, ResolveContext, resolve_subjects
+from runner.runtime.subjects.command import CommandAdapter
+from runner.runtime.subjects.config import UvEnvironment
+from runner.runtime.subjects.registry import ResolveContext, resolve_subjects
+from runner.runtime.subjects.tree import tree_digest
 from tests.subjects.agents import bench, make_spec, subject_block
 
 MSA = subject_block("mini-swe-agent")
@@ -169,11 +171,12 @@ def test_tree_digest_is_content_only(
     assert tree_digest(a) != tree_digest(b)
 
 
-def test_command_config_schema_is_the_one_in_schemas() -> None:
-    from runner.evaluator.protocol.subjects import CommandConfig
+def test_command_config_schema_is_the_one_beside_it() -> None:
+    from runner.runtime.subjects.command import CommandConfig
 
     root = Path(__file__).resolve().parents[2]
-    on_disk = json.loads((root / "schemas" / "subject-command-config.schema.json").read_text())
+    folder = root / "runner" / "runtime" / "subjects" / "schemas"
+    on_disk = json.loads((folder / "subject-command-config.schema.json").read_text())
     assert on_disk == CommandConfig.model_json_schema(mode="validation", by_alias=True)
 
 

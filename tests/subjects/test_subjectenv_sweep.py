@@ -10,8 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runner.evaluator.protocol.subjects import UvEnvironment, tree_digest
 from runner.runtime.subjectenv import MARKER, sweep_environments, target_for
+from runner.runtime.subjects.config import UvEnvironment
+from runner.runtime.subjects.tree import tree_digest
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -49,7 +49,7 @@ from runner.benchmarks.swe_lite.subjects.reference import (
     STEPS,  # the one import of the reference subject's steps
 )
 from runner.benchmarks.swe_lite.workload import SANDBOX_SRC
-from runner.evaluator.protocol.policy import POLICIES
+from runner.runtime.cassettes.policy import POLICIES
 
 SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 STATUS_COMMAND = "afb-submission-status"

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner.evaluator.core.errors import InputError
-from runner.evaluator.protocol.cassette import cassette_bytes, load_cassette
 from runner.runtime.attempt.api import ModelProxyPlan
 from runner.runtime.attempt.triggers import EventSink
+from runner.runtime.cassettes.format import cassette_bytes, load_cassette
 
 
 @dataclass

@@ -36,7 +36,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
-from runner.evaluator.protocol.cassette import (
+from runner.runtime.cassettes.format import (
     Cassette,
     Dialect,
     RecordedExchange,
@@ -44,7 +44,7 @@ from runner.evaluator.protocol.cassette import (
     normalize_request,
     request_key,
 )
-from runner.evaluator.protocol.policy import Policy, PolicyCassette
+from runner.runtime.cassettes.policy import Policy, PolicyCassette
 from runner.runtime.interposers.modelproxy import dialects as D
 from runner.runtime.interposers.modelproxy.upstream import Forwarder, UpstreamFailure
 

@@ -28,9 +28,9 @@ from typing import Self
 import h11
 
 from runner.evaluator.core.errors import InputError
-from runner.evaluator.protocol.cassette import CASSETTE_VERSION, Cassette, RecordedExchange
-from runner.evaluator.protocol.policy import PolicyCassette
 from runner.runtime.attempt.triggers import EventSink
+from runner.runtime.cassettes.format import CASSETTE_VERSION, Cassette, RecordedExchange
+from runner.runtime.cassettes.policy import PolicyCassette
 from runner.runtime.interposers.modelproxy import dialects as D
 from runner.runtime.interposers.modelproxy.backend import (
     MODES,

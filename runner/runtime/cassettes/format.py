@@ -1,7 +1,9 @@
 """Model cassettes: what the model proxy answers in `replay` and `scripted` mode, and records.
 
 A cassette is a content-addressed blob of a run (`cassette_digest`: sha256 over its RFC 8785
-bytes) and its digest enters `subject_config_hash`, so it lives on the evaluator side. Two kinds:
+bytes). Runtime only: a spec declares the digest of its cassettes folder in the subject's config
+(`model.digest`), which `subject_config_hash` covers as written, so the evaluator never reads a
+cassette and a new cassette version does not move `evaluator_digest`. Three kinds:
 
 - `recorded` (written by `record` mode, served by `replay`): one exchange per (request key,
   occurrence). The request key is `request_key(dialect, normalize_request(body))`: sha256 over
@@ -18,7 +20,7 @@ bytes) and its digest enters `subject_config_hash`, so it lives on the evaluator
 - `policy` (authored, served in `scripted` mode): the answer is chosen by declared rules over
   the request (the last tool result, the tool it answers, how often a tool was called, what a
   status query said), so the model reacts to what the agent tells it. Format, selection and
-  the static checks: runner/evaluator/protocol/policy.py (`PolicyCassette`).
+  the static checks: runner/runtime/cassettes/policy.py (`PolicyCassette`).
 
 Never in a cassette: request headers (the upstream key travels only there) and timestamps.
 """
@@ -38,7 +40,7 @@ from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.types import Digest, Frozen
 
 if TYPE_CHECKING:
-    from runner.evaluator.protocol.policy import PolicyCassette
+    from runner.runtime.cassettes.policy import PolicyCassette
 
 CASSETTE_VERSION = 1
 Dialect = Literal["openai-chat", "openai-responses", "anthropic-messages"]
@@ -191,7 +193,7 @@ def parse_cassette(data: bytes, source: str) -> Cassette | PolicyCassette:
             key="version",
         )
     if raw.get("kind") == "policy":
-        from runner.evaluator.protocol.policy import parse_policy  # it imports this module
+        from runner.runtime.cassettes.policy import parse_policy  # it imports this module
 
         return parse_policy(raw, source)
     try:
