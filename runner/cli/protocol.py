@@ -74,7 +74,10 @@ STATUS_TEXT = {
 @guarded
 def plan(spec: SpecArg, json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Resolve a spec: cells per stratum, every identity, and the draft/frozen status."""
+    from runner.runtime.subjects.registry import check_subject_configs
+
     s = load_spec(spec)
+    check_subject_configs(s, spec)  # each adapter's config grammar (runtime; nothing built)
     m = resolve(s)
     ids = compute(s, spec, m)
     from runner.cli.options import anchor

@@ -46,6 +46,23 @@ def test_bad_config_names_the_key(tmp_path: Path) -> None:
     assert rc == 2 and "subjects[0].config.step_limit" in text, text
 
 
+def test_plan_checks_each_adapters_config_grammar(tmp_path: Path) -> None:
+    """The evaluator hashes a config as declared; the runtime checks its grammar at plan time
+    (nothing built), with the same messages as `bench run`."""
+    spec = make_spec(tmp_path, MSA.replace("step_limit = 7", 'step_limit = "seven"'))
+    proc = bench("plan", str(spec), timeout=120)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "subjects[0].config.step_limit" in text, text
+    spec = make_spec(
+        tmp_path / "b", MSA.replace('agent = "mini-swe-agent:2.4.6"', 'agent = "nope:1"')
+    )
+    proc = bench("plan", str(spec), timeout=120)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "no subject adapter for agent 'nope:1'" in text, text
+    good = make_spec(tmp_path / "c", MSA)
+    assert bench("plan", str(good), timeout=120).returncode == 0
+
+
 def test_environment_digest_mismatch(tmp_path: Path) -> None:
     spec = make_spec(
         tmp_path,

@@ -31,8 +31,8 @@ hidden tests patch nor names a hidden test: the agent it drives sees only the ag
 cassette's tool call ids are per task, so a relaunched agent that starts over gets the same bytes.
 
 The legacy scripted cassettes (specs/swe-lite-agents/cassettes/, control-cassettes/, written by
-specs/swe-lite-agents/make_cassettes.py, which applied the tests patch) stay as they are for the
-specs that still serve them.
+`bench tasks cassettes --scripted`, scripted_cassettes.py, which applies the tests patch) stay as
+they are for the specs that still serve them.
 """
 
 from __future__ import annotations
