@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -212,9 +213,12 @@ def schema(
 ) -> None:
     """Regenerate the JSON Schemas from the typed models: the evaluator's in schemas/, the
     runtime's (subject configs, cassettes) beside their models (runner/runtime/*/schemas/)."""
+    from pydantic import BaseModel
+
     from runner.runtime.schemas import runtime_schema_sets
 
     base = directory or project_root()
+    sets: list[tuple[Path, Mapping[str, type[BaseModel]] | None]]
     sets = [(directory or base / "schemas", None)]
     sets += [(base / folder, models) for folder, models in runtime_schema_sets().items()]
     drifted = False

@@ -62,8 +62,10 @@ class ResolveContext:
 
 
 class SubjectAdapter(Protocol):
-    # the adapter's config grammar (its JSON Schema: subject-<prefix>-config.schema.json)
-    config: type[BaseModel]
+    @property
+    def config(self) -> type[BaseModel]:
+        """The adapter's config grammar (its JSON Schema: subject-<prefix>-config)."""
+        ...
 
     def resolve(self, subject: Subject, ctx: ResolveContext) -> Launch:
         """Check the subject's config (raise InputError) and return how to launch it."""
