@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from runner.cli.app import app, guarded, out
+from runner.cli.app import _say, app, guarded, out
 from runner.evaluator.core.bounded import JSON_INPUT_CAP, read_bounded
 from runner.evaluator.core.canonical import (
     CanonicalError,
@@ -75,10 +75,8 @@ STATUS_TEXT = {
 @guarded
 def plan(spec: SpecArg, json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Resolve a spec: cells per stratum, every identity, and the draft/frozen status."""
-    from runner.runtime.subjects.registry import check_subject_configs
-
     s = load_spec(spec)
-    check_subject_configs(s, spec)  # each adapter's config grammar (runtime; nothing built)
+    _warn_subject_configs(s, spec)
     m = resolve(s)
     ids = compute(s, spec, m)
     from runner.cli.options import anchor
@@ -115,6 +113,18 @@ def plan(spec: SpecArg, json_out: Annotated[bool, typer.Option("--json")] = Fals
         else:
             out.print(f"  {name:<24} {value}")
     _print_power(power)
+
+
+def _warn_subject_configs(s: Spec, spec: Path) -> None:
+    """Each subject's config against its adapter's grammar (runtime; nothing built), said as a
+    warning: the evaluator plans any declared config (it hashes it as written), `bench run`
+    refuses a bad one (exit 2) before any cell runs."""
+    from runner.runtime.subjects.registry import check_subject_configs
+
+    try:
+        check_subject_configs(s, spec)
+    except InputError as exc:
+        _say("warning", f"{exc.render()} (`bench run` refuses it)")
 
 
 def planned_powers(s: Spec, m: ResolvedMatrix) -> dict[str, Any]:

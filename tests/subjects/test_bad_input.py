@@ -47,20 +47,20 @@ def test_bad_config_names_the_key(tmp_path: Path) -> None:
 
 
 def test_plan_checks_each_adapters_config_grammar(tmp_path: Path) -> None:
-    """The evaluator hashes a config as declared; the runtime checks its grammar at plan time
-    (nothing built), with the same messages as `bench run`."""
+    """The evaluator plans a config as declared (it hashes it as written); the runtime checks
+    its grammar at plan time (nothing built) and says what `bench run` will refuse."""
     spec = make_spec(tmp_path, MSA.replace("step_limit = 7", 'step_limit = "seven"'))
     proc = bench("plan", str(spec), timeout=120)
-    text = proc.stdout + proc.stderr
-    assert proc.returncode == 2 and "subjects[0].config.step_limit" in text, text
+    assert proc.returncode == 0 and "warning" in proc.stderr, proc.stderr
+    assert "subjects[0].config.step_limit" in proc.stderr and "bench run" in proc.stderr
     spec = make_spec(
         tmp_path / "b", MSA.replace('agent = "mini-swe-agent:2.4.6"', 'agent = "nope:1"')
     )
     proc = bench("plan", str(spec), timeout=120)
-    text = proc.stdout + proc.stderr
-    assert proc.returncode == 2 and "no subject adapter for agent 'nope:1'" in text, text
+    assert proc.returncode == 0 and "no subject adapter for agent 'nope:1'" in proc.stderr
     good = make_spec(tmp_path / "c", MSA)
-    assert bench("plan", str(good), timeout=120).returncode == 0
+    proc = bench("plan", str(good), timeout=120)
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
 
 
 def test_environment_digest_mismatch(tmp_path: Path) -> None:
