@@ -17,12 +17,14 @@ from runner.runtime.cassettes.format import (
     Cassette,
     RecordedExchange,
     RecordedResponse,
+    normalize_request,
+    request_key,
+)
+from runner.runtime.cassettes.load import (
     cassette_bytes,
     cassette_digest,
     load_cassette,
-    normalize_request,
     parse_cassette,
-    request_key,
 )
 from tests.model_proxy.conftest import SCRIPT
 

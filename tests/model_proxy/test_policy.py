@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runner.evaluator.core.errors import InputError
-from runner.runtime.cassettes.format import Dialect, load_cassette, parse_cassette
+from runner.runtime.cassettes.format import Dialect
+from runner.runtime.cassettes.load import load_cassette, parse_cassette
 from runner.runtime.cassettes.policy import (
     Policy,
     PolicyCassette,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.runtime.cassettes.format import load_cassette
+from runner.runtime.cassettes.load import load_cassette
 from runner.runtime.subjects.tree import tree_digest
 from tests.model_proxy.conftest import KEY_ENV, UPSTREAM_KEY, FakeUpstream, serve_upstream
 from tests.subjects.agents import (

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from runner.benchmarks.swe_lite.cassettes import SUBJECT_KINDS, spec_tasks
 from runner.cli.main import app
 from runner.evaluator.core.inputs import project_root
-from runner.runtime.cassettes.format import load_cassette
+from runner.runtime.cassettes.load import load_cassette
 from runner.runtime.cassettes.policy import POLICIES, Policy, PolicyCassette, check_policy
 from runner.runtime.subjects.mini_swe_agent import MINI_SWE_AGENT_MODEL_TOOLS
 

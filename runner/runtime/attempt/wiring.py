@@ -19,7 +19,7 @@ from typing import Any
 from runner.evaluator.core.errors import InputError
 from runner.runtime.attempt.api import ModelProxyPlan
 from runner.runtime.attempt.triggers import EventSink
-from runner.runtime.cassettes.format import cassette_bytes, load_cassette
+from runner.runtime.cassettes.load import cassette_bytes, load_cassette
 
 
 @dataclass

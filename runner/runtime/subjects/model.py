@@ -14,7 +14,7 @@ from pathlib import Path
 
 from runner.evaluator.core.errors import InputError
 from runner.runtime.attempt.api import ModelProxyPlan
-from runner.runtime.cassettes.format import load_cassette
+from runner.runtime.cassettes.load import load_cassette
 from runner.runtime.cassettes.policy import PolicyCassette, check_policy
 from runner.runtime.subjects.config import ModelSection
 from runner.runtime.subjects.registry import ResolveContext
