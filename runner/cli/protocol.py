@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from runner.cli.app import app, guarded, out
+from runner.cli.app import _say, app, guarded, out
 from runner.evaluator.core.bounded import JSON_INPUT_CAP, read_bounded
 from runner.evaluator.core.canonical import (
     CanonicalError,
@@ -75,6 +76,7 @@ STATUS_TEXT = {
 def plan(spec: SpecArg, json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Resolve a spec: cells per stratum, every identity, and the draft/frozen status."""
     s = load_spec(spec)
+    _warn_subject_configs(s, spec)
     m = resolve(s)
     ids = compute(s, spec, m)
     from runner.cli.options import anchor
@@ -111,6 +113,18 @@ def plan(spec: SpecArg, json_out: Annotated[bool, typer.Option("--json")] = Fals
         else:
             out.print(f"  {name:<24} {value}")
     _print_power(power)
+
+
+def _warn_subject_configs(s: Spec, spec: Path) -> None:
+    """Each subject's config against its adapter's grammar (runtime; nothing built), said as a
+    warning: the evaluator plans any declared config (it hashes it as written), `bench run`
+    refuses a bad one (exit 2) before any cell runs."""
+    from runner.runtime.subjects.registry import check_subject_configs
+
+    try:
+        check_subject_configs(s, spec)
+    except InputError as exc:
+        _say("warning", f"{exc.render()} (`bench run` refuses it)")
 
 
 def planned_powers(s: Spec, m: ResolvedMatrix) -> dict[str, Any]:
@@ -200,14 +214,27 @@ def amend(
 @guarded
 def schema(
     directory: Annotated[
-        Path | None, typer.Option(help="where to write (default: the checkout's schemas/)")
+        Path | None,
+        typer.Option(
+            help="where to write (default: the checkout; runtime schemas in their subfolders)"
+        ),
     ] = None,
     check: Annotated[bool, typer.Option(help="only report drift, exit 1 on any")] = False,
 ) -> None:
-    """Regenerate the JSON Schemas in schemas/ from the typed models."""
-    directory = directory or project_root() / "schemas"
-    changed = write_schemas(directory, check=check)
-    for name in changed:
-        out.print(f"{'drift' if check else 'wrote'} {directory / name}")
-    if check and changed:
+    """Regenerate the JSON Schemas from the typed models: the evaluator's in schemas/, the
+    runtime's (subject configs, cassettes) beside their models (runner/runtime/*/schemas/)."""
+    from pydantic import BaseModel
+
+    from runner.runtime.schemas import runtime_schema_sets
+
+    base = directory or project_root()
+    sets: list[tuple[Path, Mapping[str, type[BaseModel]] | None]]
+    sets = [(directory or base / "schemas", None)]
+    sets += [(base / folder, models) for folder, models in runtime_schema_sets().items()]
+    drifted = False
+    for folder, models in sets:
+        for name in write_schemas(folder, check=check, models=models):
+            drifted = True
+            out.print(f"{'drift' if check else 'wrote'} {folder / name}")
+    if check and drifted:
         raise typer.Exit(1)

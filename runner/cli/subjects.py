@@ -1,6 +1,6 @@
 """`bench subjects digest DIR` / `bench subjects build DIR...`: the digest a spec declares for a
 subject's project or cassettes folder, and a subject's locked environment built outside the
-runner's venv (docs/SUBJECTS.md). Replaces `python -m runner.runtime.subjectenv` and the
+runner's venv (docs/SUBJECTS.md). Replaces `python -m runner.runtime.subjects.environment` and the
 `tree_digest` one-liner."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def _folder(path: Path) -> Path:
 def digest(folders: Folders) -> None:
     """Print the tree digest of each folder: what a spec declares as `environment.digest` (a
     uv project) or `model.digest` (a cassettes folder)."""
-    from runner.evaluator.protocol.subjects import tree_digest
+    from runner.runtime.subjects.tree import tree_digest
 
     for f in folders:
         out.print(f"{tree_digest(_folder(f))}  {f}", markup=False)
@@ -44,8 +44,9 @@ def build(folders: Folders) -> None:
     """Build each uv project's locked environment (`uv sync --frozen`) into
     /var/lib/afb/subject-envs/<name>-<digest>, once; print its digest and path."""
     from runner.evaluator.core.inputs import project_root
-    from runner.evaluator.protocol.subjects import UvEnvironment, tree_digest
-    from runner.runtime.subjectenv import ensure_built
+    from runner.runtime.subjects.config import UvEnvironment
+    from runner.runtime.subjects.environment import ensure_built
+    from runner.runtime.subjects.tree import tree_digest
 
     root = project_root()
     for f in folders:

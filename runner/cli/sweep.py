@@ -31,7 +31,7 @@ def sweep(
 ) -> None:
     """Remove only resources whose names (or process markers) parse as ours; print each one."""
     from runner.runtime.host import naming
-    from runner.runtime.host.sweep import sweep as do_sweep
+    from runner.runtime.sweep import sweep as do_sweep
 
     if run is not None:
         naming.check_run_id(run)

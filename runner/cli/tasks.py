@@ -1,5 +1,6 @@
 """`bench tasks check DIR`: every swe-lite task fails without its fix and passes with it;
-`bench tasks cassettes`: the swe-lite policy cassettes and their folders' digests."""
+`bench tasks cassettes [--scripted]`: the swe-lite policy (or legacy scripted) cassettes and
+their folders' digests."""
 
 from __future__ import annotations
 
@@ -50,18 +51,37 @@ def cassettes(
         Path, typer.Option(help="the spec whose task sets are written (e.g. specs/swe-lite.toml)")
     ] = Path("specs/swe-lite.toml"),
     into: Annotated[
-        Path,
-        typer.Option("--out", help="folder: <subject kind>/<policy>/<task id>.json under it"),
-    ] = Path("specs/swe-lite-agents/policies"),
+        Path | None,
+        typer.Option(
+            "--out",
+            help="folder: <subject kind>/<policy>/<task id>.json under it (default "
+            "specs/swe-lite-agents/policies); with --scripted, cassettes/ and control-cassettes/ "
+            "under it (default specs/swe-lite-agents)",
+        ),
+    ] = None,
+    scripted: Annotated[
+        bool,
+        typer.Option(
+            "--scripted",
+            help="write the legacy scripted cassettes (mini-swe-agent's and the control's, "
+            "served by swe-lite-agents 1.0.0 and the subject tests) instead of the policy ones",
+        ),
+    ] = False,
 ) -> None:
     """Write the swe-lite policy cassettes: per subject kind (mini-swe-agent, control,
-    mcp-responses), per model policy (careful, naive), per task; then each folder's digest
-    (a spec's `model.digest`)."""
-    from runner.benchmarks.swe_lite.cassettes import write_policy_cassettes
-    from runner.evaluator.protocol.subjects import tree_digest
+    mcp-responses), per model policy (careful, naive), per task; or, with --scripted, the legacy
+    scripted ones; then each folder's digest (a spec's `model.digest`)."""
+    from runner.runtime.subjects.tree import tree_digest
 
     if not spec.is_file():
         raise InputError("no such spec", file=str(spec))
-    written = write_policy_cassettes(spec, into)
+    if scripted:
+        from runner.benchmarks.swe_lite.scripted_cassettes import write_scripted_cassettes
+
+        written = write_scripted_cassettes(spec, into or Path("specs/swe-lite-agents"))
+    else:
+        from runner.benchmarks.swe_lite.cassettes import write_policy_cassettes
+
+        written = write_policy_cassettes(spec, into or Path("specs/swe-lite-agents/policies"))
     for folder in sorted({p.parent for p in written}):
         out.print(f"{tree_digest(folder)}  {folder}")

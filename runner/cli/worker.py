@@ -90,7 +90,7 @@ def worker(
 def _sweep_own(ids: Path) -> None:
     """Leftovers of this command's worker processes that did not tear down (killed by their
     Nanny mid-close, or crashed and replaced); live ones (lock held) are left alone."""
-    from runner.runtime.host.sweep import sweep
+    from runner.runtime.sweep import sweep
 
     for entry in sorted(ids.iterdir()):
         report = sweep(prefix_filter=entry.name)

@@ -1,27 +1,23 @@
-"""JSON Schemas generated from the typed models; `bench schema` writes them, a test checks drift."""
+"""JSON Schemas generated from the typed models; `bench schema` writes them, a test checks drift.
+
+The evaluator's boundary models only: a subject's config grammar and the cassette format are
+runtime (runner/runtime/schemas.py writes theirs beside them)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from runner.evaluator.core.types import Frozen
 from runner.evaluator.evidence.records import Record
-from runner.evaluator.protocol.cassette import Cassette
 from runner.evaluator.protocol.freeze import FreezeRecord
 from runner.evaluator.protocol.identities import Identities
 from runner.evaluator.protocol.matrix import Cell, Slot
-from runner.evaluator.protocol.policy import PolicyCassette
 from runner.evaluator.protocol.runfile import RunProtocol
 from runner.evaluator.protocol.spec import Spec
-from runner.evaluator.protocol.subjects import (
-    CommandConfig,
-    MiniSweAgentConfig,
-    ReferenceConfig,
-    SubjectEnv,
-)
 from runner.evaluator.protocol.witness import WitnessContract, WitnessVerdict
 from runner.evaluator.publish.compare import Comparison
 from runner.evaluator.publish.diagnostics import CellDiagnostic
@@ -70,12 +66,6 @@ MODELS: dict[str, type[BaseModel]] = {
     "freeze-record": FreezeRecord,
     "witness-contract": WitnessContract,
     "witness-verdict": WitnessVerdict,
-    "model-cassette": Cassette,  # the model proxy's recorded / scripted answers
-    "model-policy-cassette": PolicyCassette,  # answers chosen by rules over the request
-    "subject-command-config": CommandConfig,  # [[subjects]].config of agent "command:..."
-    "subject-mini-swe-agent-config": MiniSweAgentConfig,  # ... of "mini-swe-agent:..."
-    "subject-reference-config": ReferenceConfig,  # ... of "reference:..."
-    "subject-env": SubjectEnv,  # the environment a subject is given (contract v1)
 }
 
 
@@ -88,11 +78,15 @@ def render(model: type[BaseModel]) -> str:
     return json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def write_schemas(directory: Path, check: bool = False) -> list[str]:
-    """Write (or with check=True only compare) every schema; returns the names that differ."""
+def write_schemas(
+    directory: Path, check: bool = False, models: Mapping[str, type[BaseModel]] | None = None
+) -> list[str]:
+    """Write (or with check=True only compare) every schema of `models` (default: the
+    evaluator's) into `directory`, removing others; returns the names that differ."""
     directory.mkdir(parents=True, exist_ok=True)
     changed = []
-    expected = {f"{name}.schema.json": render(model) for name, model in sorted(MODELS.items())}
+    chosen = MODELS if models is None else models
+    expected = {f"{name}.schema.json": render(model) for name, model in sorted(chosen.items())}
     for fname, text in expected.items():
         path = directory / fname
         if not path.exists() or path.read_text(encoding="utf-8") != text:

@@ -46,8 +46,8 @@ from runner.evaluator.protocol.spec import Spec
 from runner.evaluator.protocol.specload import load_spec, spec_base
 from runner.evaluator.protocol.witness import load_contracts
 from runner.evaluator.verdict.outcomes import SUBJECT_OUTCOMES, attempt_status, group_attempts
-from runner.runtime.adapters import Launch, resolve_subjects
 from runner.runtime.attempt.api import AttemptPlan, journal_name
+from runner.runtime.subjects.registry import Launch, resolve_subjects
 from runner.runtime.workload import TaskViews, Workload
 
 
@@ -136,7 +136,7 @@ class MatrixRun:
     """One run directory: its protocol, its cells, and the attempts still owed.
 
     The benchmark is the `workload` (tasks, grading, image); each subject is launched by its
-    adapter (`runner.runtime.adapters`), resolved before the run directory exists.
+    adapter (`runner.runtime.subjects`), resolved before the run directory exists.
     """
 
     def __init__(

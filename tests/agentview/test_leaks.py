@@ -37,8 +37,8 @@ from runner.evaluator.core.errors import InputError
 from runner.evaluator.protocol.specload import load_spec
 from runner.imagebuild import builder as images
 from runner.imagebuild.sources import extract_source, fetch_sources
-from runner.runtime.adapters import resolve_subjects
 from runner.runtime.host.paths import SUBJECT_ROOT
+from runner.runtime.subjects.registry import resolve_subjects
 from runner.runtime.workload import TaskViews
 from tests.agentview.leaks import (
     Markers,

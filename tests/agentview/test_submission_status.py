@@ -168,8 +168,8 @@ def test_mini_swe_agents_status_command_is_the_tool(
     import subprocess
 
     from runner.evaluator.protocol.specload import load_spec
-    from runner.evaluator.protocol.subjects import MiniSweAgentConfig
-    from runner.runtime.subjectenv import ensure_built
+    from runner.runtime.subjects.environment import ensure_built
+    from runner.runtime.subjects.mini_swe_agent import MiniSweAgentConfig
 
     agents = Path(__file__).resolve().parents[2] / "specs" / "swe-lite-agents.toml"
     (mini,) = [s for s in load_spec(agents).subjects if s.id == "mini-swe-agent-careful"]

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from runner.cli.main import app
-from runner.evaluator.protocol.subjects import tree_digest
+from runner.runtime.subjects.tree import tree_digest
 
 ROOT = Path(__file__).resolve().parents[2]
 cli = CliRunner()
@@ -79,6 +79,27 @@ def test_no_document_sends_anyone_through_a_side_door(doc: Path) -> None:
     text = doc.read_text()
     assert not re.search(r"python3? -m runner\.", text), f"{doc.name}: use a bench command"
     assert "import tree_digest" not in text and "regenerate.py" not in text
+    assert "make_cassettes.py" not in text, f"{doc.name}: use `bench tasks cassettes --scripted`"
+
+
+def test_scripted_cassettes_command_writes_the_committed_bytes(tmp_path: Path) -> None:
+    """`bench tasks cassettes --scripted` (formerly specs/swe-lite-agents/make_cassettes.py with
+    its sys.path trick) reproduces the committed cassettes byte for byte, and prints each
+    folder's digest."""
+    assert not (ROOT / "specs" / "swe-lite-agents" / "make_cassettes.py").exists()
+    spec = ROOT / "specs" / "swe-lite.toml"
+    res = cli.invoke(app, ["tasks", "cassettes", "--scripted", "--spec", str(spec),
+                           "--out", str(tmp_path)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    committed = ROOT / "specs" / "swe-lite-agents"
+    for folder in ("cassettes", "control-cassettes"):
+        ours = {p.name: p.read_bytes() for p in (tmp_path / folder).iterdir()}
+        theirs = {p.name: p.read_bytes() for p in (committed / folder).iterdir()}
+        assert ours == theirs, folder
+    printed = dict(reversed(line.split()) for line in res.output.splitlines())
+    assert set(printed) == {str(tmp_path / f) for f in ("cassettes", "control-cassettes")}
+    for folder, digest in printed.items():
+        assert digest == tree_digest(committed / Path(folder).name)  # a spec's model.digest
 
 
 def test_every_command_group_is_listed_in_bench_help() -> None:

@@ -145,16 +145,16 @@ def test_a_planted_upward_import_is_caught(tmp_path: Path, where: str, line: str
 # A group is the first name under runner/runtime/ (a folder or a module). A new folder or module
 # must be placed here (the check refuses an unplaced one): one line to edit.
 RUNTIME_ORDER: tuple[str | tuple[str, ...], ...] = (
-    "subjectenv",  # a subject's locked environment, built outside the runner's venv
-    "host",  # namespaces, nft, processes, podman service, naming, sweep
+    "host",  # namespaces, nft, processes, podman service, naming
     "sandbox",  # the Sandbox protocol and its backends
     "events",  # what interposers tell the trigger engine (CallEvent, Directive, Decision)
+    "cassettes",  # the model proxy's cassette formats (scripted, policy)
     "interposers",  # tool interposer, egress proxy, destination, model proxy, MCP
     "faults",  # fault plugins, built from an attempt's resources
     "attempt",  # one attempt: the trigger engine, wiring, subject, run
     "workload",  # what a benchmark hands the runtime
-    "adapters",  # subject adapters
-    ("executor", "selftest", "cellselect", "envcollect"),
+    "subjects",  # subject adapters, one per module, and their config grammars
+    ("executor", "selftest", "cellselect", "envcollect", "schemas", "sweep"),
 )
 
 

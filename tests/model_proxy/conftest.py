@@ -23,7 +23,7 @@ import httpx
 import openai
 import pytest
 
-from runner.evaluator.protocol.cassette import Cassette, Dialect, ScriptedTurn, ToolCall
+from runner.runtime.cassettes.format import Cassette, Dialect, ScriptedTurn, ToolCall
 from runner.runtime.interposers.modelproxy import ModelProxy, Upstream
 from runner.runtime.interposers.modelproxy import dialects as D
 

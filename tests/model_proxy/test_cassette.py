@@ -12,17 +12,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runner.evaluator.core.errors import InputError
-from runner.evaluator.protocol.cassette import (
+from runner.runtime.cassettes.format import (
     VOLATILE_FIELDS,
     Cassette,
     RecordedExchange,
     RecordedResponse,
+    normalize_request,
+    request_key,
+)
+from runner.runtime.cassettes.load import (
     cassette_bytes,
     cassette_digest,
     load_cassette,
-    normalize_request,
     parse_cassette,
-    request_key,
 )
 from tests.model_proxy.conftest import SCRIPT
 

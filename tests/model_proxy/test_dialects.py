@@ -8,11 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.evaluator.protocol.cassette import (
-    RecordedExchange,
-    RecordedResponse,
-    request_key,
-)
+from runner.runtime.cassettes.format import RecordedExchange, RecordedResponse, request_key
 from runner.runtime.interposers.modelproxy import ProxyEvent
 from runner.runtime.interposers.modelproxy import dialects as D
 from runner.runtime.interposers.modelproxy.proxy import _in_occurrence_order, model_tool

@@ -13,7 +13,8 @@ import openai
 import pytest
 
 from runner.evaluator.core.errors import InputError
-from runner.evaluator.protocol.cassette import Dialect, cassette_bytes, load_cassette
+from runner.runtime.cassettes.format import Dialect
+from runner.runtime.cassettes.load import cassette_bytes, load_cassette
 from runner.runtime.interposers.modelproxy import DUMMY_KEY, ModelProxy, Upstream
 from tests.model_proxy.conftest import (
     DIALECTS,

@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runner.evaluator.core.errors import InputError
-from runner.evaluator.protocol.cassette import Dialect, load_cassette, parse_cassette
-from runner.evaluator.protocol.policy import (
+from runner.runtime.cassettes.format import Dialect
+from runner.runtime.cassettes.load import load_cassette, parse_cassette
+from runner.runtime.cassettes.policy import (
     Policy,
     PolicyCassette,
     check_overlap,

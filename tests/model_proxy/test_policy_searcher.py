@@ -10,7 +10,7 @@ import warnings
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runner.evaluator.protocol.policy import searcher
+from runner.runtime.cassettes.policy import searcher
 
 # a small alphabet with regex metacharacters, so texts hit and patterns are sometimes regexes
 ALPHA = st.text(alphabet="ab -\"':.|*?()[]\\^$1\n", max_size=12)

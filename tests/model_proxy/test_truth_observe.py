@@ -19,8 +19,8 @@ from runner.evaluator.evidence.records import (
     TriggerReached,
     parse_record,
 )
-from runner.evaluator.protocol.cassette import Cassette, Dialect, ScriptedTurn, ToolCall
 from runner.evaluator.publish.truthfulness import classify, derive_cell
+from runner.runtime.cassettes.format import Cassette, Dialect, ScriptedTurn, ToolCall
 from runner.runtime.interposers.modelproxy import ModelProxy
 from runner.runtime.interposers.modelproxy.observe import ExchangeObserver
 from tests.model_proxy.conftest import DIALECTS, sdk_call

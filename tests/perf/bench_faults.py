@@ -42,10 +42,10 @@ from runner.runtime.host import naming
 from runner.runtime.host.netns import AttemptNetwork
 from runner.runtime.host.nft import CHAIN, PartitionTable, run_nft
 from runner.runtime.host.prober import Target
-from runner.runtime.host.sweep import sweep
 from runner.runtime.interposers import egress
 from runner.runtime.sandbox import testimage
 from runner.runtime.selftest import WITNESSED, minimal_subject, run_case
+from runner.runtime.sweep import sweep
 
 
 def _at(entries: list, typ: str, state: str | None = None) -> int:

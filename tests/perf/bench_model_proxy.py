@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from runner.evaluator.protocol.cassette import (
+from runner.runtime.cassettes.format import (
     Cassette,
     RecordedExchange,
     RecordedResponse,

@@ -31,7 +31,8 @@ from typing import Any
 import httpx
 
 from runner.evaluator.core.inputs import project_root
-from runner.evaluator.protocol.cassette import Cassette, ScriptedTurn, ToolCall, load_cassette
+from runner.runtime.cassettes.format import Cassette, ScriptedTurn, ToolCall
+from runner.runtime.cassettes.load import load_cassette
 from runner.runtime.interposers.modelproxy import ModelProxy
 from runner.runtime.interposers.modelproxy.backend import BackendState
 

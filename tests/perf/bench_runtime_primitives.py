@@ -22,10 +22,10 @@ from runner.runtime.host import naming
 from runner.runtime.host.netns import AttemptNetwork
 from runner.runtime.host.nft import PartitionTable
 from runner.runtime.host.podman_service import PodmanService
-from runner.runtime.host.sweep import sweep
 from runner.runtime.sandbox import testimage
 from runner.runtime.sandbox.base import SandboxSpec
 from runner.runtime.sandbox.podman import PodmanSandbox
+from runner.runtime.sweep import sweep
 
 
 def timed(fn: Callable[[], object]) -> float:

@@ -223,7 +223,7 @@ def test_two_runs_at_once_and_sweeps_during_them(tmp_path: Path) -> None:
 
 
 def test_sweep_removes_abandoned_reservations_only() -> None:
-    from runner.runtime.host.sweep import sweep
+    from runner.runtime.sweep import sweep
 
     draw = "from runner.runtime.host import naming; print(naming.new_run_id())"
     child = subprocess.run(

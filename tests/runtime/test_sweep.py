@@ -16,9 +16,9 @@ from runner.runtime.host import naming, nft
 from runner.runtime.host.netns import AttemptNetwork, host_links, list_netns, remove_netns
 from runner.runtime.host.podman_service import PodmanService
 from runner.runtime.host.procs import Reaper, SubjectLauncher
-from runner.runtime.host.sweep import sweep
 from runner.runtime.sandbox.base import SandboxSpec
 from runner.runtime.sandbox.podman import PodmanSandbox
+from runner.runtime.sweep import sweep
 
 pytestmark = pytest.mark.runtime
 

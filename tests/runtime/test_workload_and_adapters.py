@@ -17,8 +17,9 @@ from runner.benchmarks.registry import workload_for
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.protocol.spec import Spec
 from runner.evaluator.protocol.specload import load_spec
-from runner.runtime.adapters import ReferenceAdapter, registered_adapters, resolve_subjects
 from runner.runtime.host import paths
+from runner.runtime.subjects.reference import ReferenceAdapter
+from runner.runtime.subjects.registry import registered_adapters, resolve_subjects
 from runner.runtime.workload import TaskViews
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,7 +86,7 @@ def test_without_a_workload_a_reference_subject_is_an_input_error() -> None:
 
 def test_the_reference_config_knows_exactly_the_subjects_strategies() -> None:
     from runner.benchmarks.swe_lite.subjects.reference import STRATEGIES
-    from runner.evaluator.protocol.subjects import REFERENCE_STRATEGIES, ReferenceConfig
+    from runner.runtime.subjects.reference import REFERENCE_STRATEGIES, ReferenceConfig
 
     assert REFERENCE_STRATEGIES == STRATEGIES
     field = ReferenceConfig.model_fields["strategy"].annotation

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from runner.runtime.host import naming, netns, nft, paths
-from runner.runtime.host.sweep import _alive, _marker, sweep
+from runner.runtime.sweep import _alive, _marker, sweep
 
 pytestmark = pytest.mark.runtime
 

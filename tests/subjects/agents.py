@@ -62,7 +62,7 @@ MCP_AGENT = "tests/subjects/mcp-agent"  # a minimal MCP agent in its own uv envi
 def mcp_agent_block(*flags: str, tail: str = "") -> str:
     """A `[[subjects]]` block of the MCP test agent (`command:`, mcp = true) run with `flags`;
     `tail` adds further config tables (a model, limits)."""
-    from runner.evaluator.protocol.subjects import tree_digest
+    from runner.runtime.subjects.tree import tree_digest
 
     argv = ", ".join(f'"{a}"' for a in ("{env}/venv/bin/python", "{project}/agent.py", *flags))
     return f"""
@@ -218,7 +218,7 @@ def write_cassette(spec_dir: Path, name: str, turns: Callable[[dict[str, Any]], 
 def scripted_tables(name: str, folder: Path) -> str:
     """A subject's `[subjects.config.model]` (the cassettes `write_cassette(_, name, _)` wrote
     into `folder`) and `[subjects.config.limits]` tables."""
-    from runner.evaluator.protocol.subjects import tree_digest
+    from runner.runtime.subjects.tree import tree_digest
 
     return f"""
 [subjects.config.model]

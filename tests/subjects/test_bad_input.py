@@ -17,8 +17,10 @@ from hypothesis import strategies as st
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.protocol.spec import Subject
 from runner.evaluator.protocol.specload import load_spec
-from runner.evaluator.protocol.subjects import UvEnvironment, tree_digest
-from runner.runtime.adapters import CommandAdapter, ResolveContext, resolve_subjects
+from runner.runtime.subjects.command import CommandAdapter
+from runner.runtime.subjects.config import UvEnvironment
+from runner.runtime.subjects.registry import ResolveContext, resolve_subjects
+from runner.runtime.subjects.tree import tree_digest
 from tests.subjects.agents import bench, make_spec, subject_block
 
 MSA = subject_block("mini-swe-agent")
@@ -42,6 +44,23 @@ def test_bad_config_names_the_key(tmp_path: Path) -> None:
     spec = make_spec(tmp_path, MSA.replace("step_limit = 7", 'step_limit = "seven"'))
     rc, text = _run(spec, tmp_path)
     assert rc == 2 and "subjects[0].config.step_limit" in text, text
+
+
+def test_plan_checks_each_adapters_config_grammar(tmp_path: Path) -> None:
+    """The evaluator plans a config as declared (it hashes it as written); the runtime checks
+    its grammar at plan time (nothing built) and says what `bench run` will refuse."""
+    spec = make_spec(tmp_path, MSA.replace("step_limit = 7", 'step_limit = "seven"'))
+    proc = bench("plan", str(spec), timeout=120)
+    assert proc.returncode == 0 and "warning" in proc.stderr, proc.stderr
+    assert "subjects[0].config.step_limit" in proc.stderr and "bench run" in proc.stderr
+    spec = make_spec(
+        tmp_path / "b", MSA.replace('agent = "mini-swe-agent:2.4.6"', 'agent = "nope:1"')
+    )
+    proc = bench("plan", str(spec), timeout=120)
+    assert proc.returncode == 0 and "no subject adapter for agent 'nope:1'" in proc.stderr
+    good = make_spec(tmp_path / "c", MSA)
+    proc = bench("plan", str(good), timeout=120)
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
 
 
 def test_environment_digest_mismatch(tmp_path: Path) -> None:
@@ -169,11 +188,12 @@ def test_tree_digest_is_content_only(
     assert tree_digest(a) != tree_digest(b)
 
 
-def test_command_config_schema_is_the_one_in_schemas() -> None:
-    from runner.evaluator.protocol.subjects import CommandConfig
+def test_command_config_schema_is_the_one_beside_it() -> None:
+    from runner.runtime.subjects.command import CommandConfig
 
     root = Path(__file__).resolve().parents[2]
-    on_disk = json.loads((root / "schemas" / "subject-command-config.schema.json").read_text())
+    folder = root / "runner" / "runtime" / "subjects" / "schemas"
+    on_disk = json.loads((folder / "subject-command-config.schema.json").read_text())
     assert on_disk == CommandConfig.model_json_schema(mode="validation", by_alias=True)
 
 

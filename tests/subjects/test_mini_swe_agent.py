@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from runner.evaluator.protocol.cassette import cassette_bytes, load_cassette
+from runner.runtime.cassettes.load import cassette_bytes, load_cassette
 from tests.subjects.agents import (
     ROOT,
     TASK,

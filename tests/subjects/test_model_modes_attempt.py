@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.evaluator.protocol.cassette import load_cassette
-from runner.evaluator.protocol.subjects import tree_digest
+from runner.runtime.cassettes.load import load_cassette
+from runner.runtime.subjects.tree import tree_digest
 from tests.model_proxy.conftest import KEY_ENV, UPSTREAM_KEY, FakeUpstream, serve_upstream
 from tests.subjects.agents import (
     TASK,

@@ -28,8 +28,8 @@ import pytest
 
 from runner.benchmarks.swe_lite.agentview import oracle_task
 from runner.benchmarks.swe_lite.grade import load_task
-from runner.evaluator.protocol.subjects import tree_digest
 from runner.runtime.host.paths import SUBJECT_ROOT
+from runner.runtime.subjects.tree import tree_digest
 from tests.subjects.agents import (
     ROOT,
     TASK,
@@ -228,8 +228,8 @@ def test_the_prompt_holds_no_part_of_the_answer(tmp_path: Path) -> None:
     carries the known answer, no line of either patch nor a hidden test's name reaches the
     model; without a problem statement it names the task; with one, that is the prompt. Run in
     the subject's own built environment (its SDK imported as when it runs)."""
-    from runner.evaluator.protocol.subjects import UvEnvironment
-    from runner.runtime.subjectenv import ensure_built
+    from runner.runtime.subjects.config import UvEnvironment
+    from runner.runtime.subjects.environment import ensure_built
 
     env = ensure_built(UvEnvironment(project=PROJECT, digest=tree_digest(ROOT / PROJECT)))
     full = oracle_task(load_task(ROOT / "specs" / "swe-lite" / TASK))

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from runner.evaluator.protocol.specload import load_spec
-from runner.evaluator.protocol.subjects import tree_digest
-from runner.runtime.adapters import resolve_subjects
+from runner.runtime.subjects.registry import resolve_subjects
+from runner.runtime.subjects.tree import tree_digest
 from tests.subjects.agents import ROOT, attempts, bench, fault_blocks, make_spec, subject_block
 
 POLICIES = ROOT / "specs" / "swe-lite-agents" / "policies"

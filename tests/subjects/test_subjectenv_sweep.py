@@ -1,6 +1,6 @@
 """Sweeping built subject environments: what a crashed build left always goes; an environment
 whose project changed goes with --subject-envs; a usable one, a folder not named as ours, and
-one whose build lock is held are never touched (runner/runtime/subjectenv.py)."""
+one whose build lock is held are never touched (runner/runtime/subjects/environment.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runner.evaluator.protocol.subjects import UvEnvironment, tree_digest
-from runner.runtime.subjectenv import MARKER, sweep_environments, target_for
+from runner.runtime.subjects.config import UvEnvironment
+from runner.runtime.subjects.environment import MARKER, sweep_environments, target_for
+from runner.runtime.subjects.tree import tree_digest
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 from runner.benchmarks.swe_lite.cassettes import SUBJECT_KINDS, spec_tasks
 from runner.cli.main import app
 from runner.evaluator.core.inputs import project_root
-from runner.evaluator.protocol.cassette import load_cassette
-from runner.evaluator.protocol.policy import POLICIES, Policy, PolicyCassette, check_policy
-from runner.runtime.adapters import MINI_SWE_AGENT_MODEL_TOOLS
+from runner.runtime.cassettes.load import load_cassette
+from runner.runtime.cassettes.policy import POLICIES, Policy, PolicyCassette, check_policy
+from runner.runtime.subjects.mini_swe_agent import MINI_SWE_AGENT_MODEL_TOOLS
 
 ROOT = project_root()
 SPEC = ROOT / "specs" / "swe-lite.toml"

@@ -31,8 +31,8 @@ hidden tests patch nor names a hidden test: the agent it drives sees only the ag
 cassette's tool call ids are per task, so a relaunched agent that starts over gets the same bytes.
 
 The legacy scripted cassettes (specs/swe-lite-agents/cassettes/, control-cassettes/, written by
-specs/swe-lite-agents/make_cassettes.py, which applied the tests patch) stay as they are for the
-specs that still serve them.
+`bench tasks cassettes --scripted`, scripted_cassettes.py, which applies the tests patch) stay as
+they are for the specs that still serve them.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from runner.benchmarks.swe_lite.subjects.reference import (
     STEPS,  # the one import of the reference subject's steps
 )
 from runner.benchmarks.swe_lite.workload import SANDBOX_SRC
-from runner.evaluator.protocol.policy import POLICIES
+from runner.runtime.cassettes.policy import POLICIES
 
 SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 STATUS_COMMAND = "afb-submission-status"

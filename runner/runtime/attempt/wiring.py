@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner.evaluator.core.errors import InputError
-from runner.evaluator.protocol.cassette import cassette_bytes, load_cassette
 from runner.runtime.attempt.api import ModelProxyPlan
+from runner.runtime.cassettes.load import cassette_bytes, load_cassette
 from runner.runtime.events import EventSink
 
 

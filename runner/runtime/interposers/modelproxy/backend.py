@@ -37,7 +37,7 @@ from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
 import runner.runtime.interposers.modelproxy.dialects as D
-from runner.evaluator.protocol.cassette import (
+from runner.runtime.cassettes.format import (
     Cassette,
     Dialect,
     RecordedExchange,
@@ -45,7 +45,7 @@ from runner.evaluator.protocol.cassette import (
     normalize_request,
     request_key,
 )
-from runner.evaluator.protocol.policy import Policy, PolicyCassette
+from runner.runtime.cassettes.policy import Policy, PolicyCassette
 from runner.runtime.interposers.modelproxy.upstream import Forwarder, UpstreamFailure
 
 Mode = Literal["live", "record", "replay", "scripted"]

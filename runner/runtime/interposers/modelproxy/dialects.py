@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from runner.evaluator.core.canonical import fast_canonical_bytes
-from runner.evaluator.protocol.cassette import Dialect, ScriptedTurn
+from runner.runtime.cassettes.format import Dialect, ScriptedTurn
 
 PATHS: Mapping[str, Dialect] = {
     "/v1/chat/completions": "openai-chat",

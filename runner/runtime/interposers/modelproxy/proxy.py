@@ -29,8 +29,8 @@ import h11
 
 import runner.runtime.interposers.modelproxy.dialects as D
 from runner.evaluator.core.errors import InputError
-from runner.evaluator.protocol.cassette import CASSETTE_VERSION, Cassette, RecordedExchange
-from runner.evaluator.protocol.policy import PolicyCassette
+from runner.runtime.cassettes.format import CASSETTE_VERSION, Cassette, RecordedExchange
+from runner.runtime.cassettes.policy import PolicyCassette
 from runner.runtime.events import EventSink
 from runner.runtime.interposers.egress import ConnectionRecord, EgressProxy, ExchangeRecord
 from runner.runtime.interposers.egress import _Handler as _EgressHandler

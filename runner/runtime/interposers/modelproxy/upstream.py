@@ -17,7 +17,7 @@ from typing import Literal
 import httpx
 
 from runner.evaluator.core.errors import InputError
-from runner.evaluator.protocol.cassette import Dialect
+from runner.runtime.cassettes.format import Dialect
 from runner.runtime.interposers.modelproxy.dialects import PROVIDER, UPSTREAM_SUFFIX
 
 Provider = Literal["openai", "anthropic"]

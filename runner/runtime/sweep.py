@@ -23,9 +23,9 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from runner.evaluator.core.errors import InputError
-from runner.runtime import subjectenv
 from runner.runtime.host import naming, netns, nft, paths
 from runner.runtime.sandbox import registry
+from runner.runtime.subjects import environment as subjectenv
 
 # Podman helpers may inherit a service's env; containers are removed via podman instead.
 _SPARE_COMMS = frozenset({"conmon", "runc", "crun"})
@@ -201,7 +201,7 @@ def sweep(
 
     Never touches anything whose name/marker does not parse as ours. Without a filter it also
     removes subject environments whose build never finished, and with `subject_envs` those
-    whose project changed since (runner/runtime/subjectenv.py).
+    whose project changed since (runner/runtime/subjects/environment.py).
     """
     report = SweepReport()
     sel = _Selector(prefix_filter, include_live, report)

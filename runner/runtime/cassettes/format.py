@@ -1,7 +1,9 @@
 """Model cassettes: what the model proxy answers in `replay` and `scripted` mode, and records.
 
 A cassette is a content-addressed blob of a run (`cassette_digest`: sha256 over its RFC 8785
-bytes) and its digest enters `subject_config_hash`, so it lives on the evaluator side. Two kinds:
+bytes). Runtime only: a spec declares the digest of its cassettes folder in the subject's config
+(`model.digest`), which `subject_config_hash` covers as written, so the evaluator never reads a
+cassette and a new cassette version does not move `evaluator_digest`. Three kinds:
 
 - `recorded` (written by `record` mode, served by `replay`): one exchange per (request key,
   occurrence). The request key is `request_key(dialect, normalize_request(body))`: sha256 over
@@ -18,7 +20,7 @@ bytes) and its digest enters `subject_config_hash`, so it lives on the evaluator
 - `policy` (authored, served in `scripted` mode): the answer is chosen by declared rules over
   the request (the last tool result, the tool it answers, how often a tool was called, what a
   status query said), so the model reacts to what the agent tells it. Format, selection and
-  the static checks: runner/evaluator/protocol/policy.py (`PolicyCassette`).
+  the static checks: policy.py here (`PolicyCassette`); load.py reads either kind.
 
 Never in a cassette: request headers (the upstream key travels only there) and timestamps.
 """
@@ -28,17 +30,12 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from runner.evaluator.core.canonical import CanonicalError, canonical_bytes, digest, parse_json
-from runner.evaluator.core.errors import InputError
+from runner.evaluator.core.canonical import digest
 from runner.evaluator.core.types import Digest, Frozen
-
-if TYPE_CHECKING:
-    from runner.evaluator.protocol.policy import PolicyCassette
 
 CASSETTE_VERSION = 1
 Dialect = Literal["openai-chat", "openai-responses", "anthropic-messages"]
@@ -159,52 +156,8 @@ class Cassette(Frozen):
         return last if self.on_repeat == "reuse_last" else None
 
 
-def cassette_bytes(cassette: Cassette | PolicyCassette) -> bytes:
-    """RFC 8785 bytes of the cassette: what is stored as a blob and hashed."""
-    return canonical_bytes(cassette.model_dump(mode="json"))
-
-
-def cassette_digest(cassette: Cassette | PolicyCassette) -> str:
-    return digest(cassette.model_dump(mode="json"))
-
-
 def where(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out or "(top level)"
-
-
-def parse_cassette(data: bytes, source: str) -> Cassette | PolicyCassette:
-    """Validate cassette bytes; every problem is an InputError naming `source` and the entry."""
-    try:
-        raw = parse_json(data)
-    except (ValueError, CanonicalError) as exc:
-        raise InputError(f"not a JSON cassette: {exc}", file=source) from exc
-    if not isinstance(raw, dict):
-        raise InputError("a cassette is a JSON object", file=source)
-    version = raw.get("version")
-    if version != CASSETTE_VERSION or isinstance(version, bool):
-        raise InputError(
-            f"unknown cassette version {version!r}; expected {CASSETTE_VERSION}",
-            file=source,
-            key="version",
-        )
-    if raw.get("kind") == "policy":
-        from runner.evaluator.protocol.policy import parse_policy  # it imports this module
-
-        return parse_policy(raw, source)
-    try:
-        return Cassette.model_validate(raw)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise InputError(f"{err['msg']}{more}", file=source, key=where(err["loc"])) from exc
-
-
-def load_cassette(path: Path) -> Cassette | PolicyCassette:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read cassette: {exc.strerror}", file=str(path)) from exc
-    return parse_cassette(data, str(path))

@@ -3,12 +3,13 @@
 Why: a third-party agent (mini-swe-agent and its ~80 dependencies) must not share the runner's
 interpreter packages, and what it ran with must be pinned by content. The project folder
 (`subjects/<name>/`: pyproject.toml, uv.lock, the subject's glue sources) hashes to its
-`tree_digest`; the spec declares that digest (it enters `subject_config_hash`); the environment is
-built with `uv sync --frozen` (the lock is the only resolution) into
-`/var/lib/afb/subject-envs/<name>-<digest 16>/` with the system interpreter, world-readable so the
-unprivileged subject can run it. A folder is complete only when its marker (`afb-env.json`, written
-last) names the digest; anything else there is rebuilt. Building under a lock makes concurrent
-runs safe. `python -m runner.runtime.subjectenv PROJECT...` builds (scripts/setup.sh calls it).
+`tree_digest` (runner/runtime/subjects/tree.py); the spec declares that digest (it enters
+`subject_config_hash`); the environment is built with `uv sync --frozen` (the lock is the only
+resolution) into `/var/lib/afb/subject-envs/<name>-<digest 16>/` with the system interpreter,
+world-readable so the unprivileged subject can run it. A folder is complete only when its marker
+(`afb-env.json`, written last) names the digest; anything else there is rebuilt. Building under a
+lock makes concurrent runs safe. `bench subjects build PROJECT...` builds (scripts/setup.sh calls
+it).
 
 `sweep_environments` (`bench sweep`) removes what a crashed build left (a folder without its
 marker) and, with `stale=True` (`bench sweep --subject-envs`), every built environment whose
@@ -32,7 +33,8 @@ from pathlib import Path
 
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.inputs import project_root
-from runner.evaluator.protocol.subjects import UvEnvironment, tree_digest
+from runner.runtime.subjects.config import UvEnvironment
+from runner.runtime.subjects.tree import tree_digest
 
 ENV_ROOT = Path("/var/lib/afb/subject-envs")
 MARKER = "afb-env.json"

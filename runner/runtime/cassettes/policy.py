@@ -70,7 +70,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.types import Frozen
-from runner.evaluator.protocol.cassette import ScriptedTurn, ToolCall, where
+from runner.runtime.cassettes.format import ScriptedTurn, ToolCall, where
 
 ResultClass = Literal["ok", "error", "transport", "none"]
 StatusClass = Literal["committed", "not_committed", "unknown", "none"]

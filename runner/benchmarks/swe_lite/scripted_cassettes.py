@@ -1,15 +1,18 @@
-"""Write the scripted model cassettes of each swe-lite task (deterministic): mini-swe-agent's
-(cassettes/) and the reference control's (control-cassettes/).
+"""The legacy scripted cassettes of the swe-lite tasks (`bench tasks cassettes --scripted`).
 
-Each cassette is what a capable model would answer, turn by turn, with mini-swe-agent's one
-tool (`bash`): look at the project, make a working copy and read the file the issue is about,
-apply the fix, run the failing tests against a scratch copy carrying the upstream test changes,
-then submit the diff with mini-swe-agent's own submit command. Two more turns re-issue the
-submit: they are served only when the agent reports that the submit did not go through (what
-a model told "submit failed" typically does), so the benchmark sees what that leads to.
+Per task (deterministic bytes), mini-swe-agent's (`cassettes/`) and the reference control's
+(`control-cassettes/`), which swe-lite-agents 1.0.0 published and the subject tests serve
+(tests/subjects/scripted-subjects.toml). Kept byte for byte as they were written (formerly
+specs/swe-lite-agents/make_cassettes.py): the policy cassettes (cassettes.py) replace them for
+new specs.
 
-    .venv/bin/python specs/swe-lite-agents/make_cassettes.py
-    .venv/bin/python -m runner.evaluator.protocol.subjects  # (digest: see docs/SUBJECTS.md)
+Each mini-swe-agent cassette is what a capable model would answer, turn by turn, with
+mini-swe-agent's one tool (`bash`): look at the project, make a working copy and read the file
+the issue is about, apply the fix, run the failing tests against a scratch copy carrying the
+upstream test changes, then submit the diff with mini-swe-agent's own submit command. Two more
+turns re-issue the submit: they are served only when the agent reports that the submit did not
+go through (what a model told "submit failed" typically does), so the benchmark sees what that
+leads to.
 
 The control (reference:intent_reconcile with --plan-with-model) asks its model for the next step
 before each of its steps; its cassette answers `next: <step>`, one turn per step
@@ -24,27 +27,26 @@ from __future__ import annotations
 
 import json
 import posixpath
-import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-sys.path.insert(0, str(ROOT))
-
-from runner.benchmarks.swe_lite.agentview import oracle_task  # noqa: E402
-from runner.benchmarks.swe_lite.grade import load_task  # noqa: E402
-from runner.benchmarks.swe_lite.subjects.reference import STEPS  # noqa: E402
+from runner.benchmarks.swe_lite.agentview import oracle_task
+from runner.benchmarks.swe_lite.grade import load_task
+from runner.benchmarks.swe_lite.subjects.reference import STEPS
 
 SUBMIT = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+MINI_FOLDER, CONTROL_FOLDER = "cassettes", "control-cassettes"
 
 
 def _heredoc(text: str) -> str:
-    assert "AFB_EOF" not in text
+    if "AFB_EOF" in text:
+        raise ValueError("a patch holds the heredoc terminator AFB_EOF")
     return f"<<'AFB_EOF'\n{text.rstrip(chr(10))}\nAFB_EOF"
 
 
-def turns(task: dict) -> list[dict]:
+def turns(task: dict[str, Any]) -> list[dict[str, Any]]:
+    """mini-swe-agent's scripted turns for one task (its oracle view: the model knows the fix)."""
     tid, src, first = task["task_id"], task["src"], task["files"][0]
     work = f"/tmp/work/{tid}"
     pp = task.get("pythonpath") or "."
@@ -53,7 +55,7 @@ def turns(task: dict) -> list[dict]:
         f"cd {work} && echo {SUBMIT} && {{ diff -ruN --exclude=__pycache__ a b; test $? -le 1; }}"
     )
 
-    def call(n: int, command: str) -> list[dict]:
+    def call(n: int, command: str) -> list[dict[str, Any]]:
         return [{"id": f"call_{tid[:24]}_{n}", "name": "bash", "arguments": {"command": command}}]
 
     return [
@@ -77,30 +79,29 @@ def turns(task: dict) -> list[dict]:
     ]  # fmt: skip
 
 
-def control_turns() -> list[dict]:
+def control_turns() -> list[dict[str, Any]]:
     return [{"text": f"next: {step}"} for step in STEPS]
 
 
-def _write(path: Path, turns: list[dict]) -> None:
+def _write(path: Path, turns: list[dict[str, Any]]) -> None:
     cassette = {"version": 1, "kind": "scripted", "model": "afb-scripted", "turns": turns}
     text = json.dumps(cassette, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
     path.write_text(text, encoding="utf-8")
-    print(path)
 
 
-def main() -> int:
-    spec = tomllib.loads((ROOT / "specs" / "swe-lite.toml").read_text())
-    out, control = HERE / "cassettes", HERE / "control-cassettes"
-    out.mkdir(exist_ok=True)
-    control.mkdir(exist_ok=True)
+def write_scripted_cassettes(spec_path: Path, out: Path) -> list[Path]:
+    """Write both folders' cassettes, one per task of the spec, under `out`; the paths written."""
+    spec = tomllib.loads(spec_path.read_text(encoding="utf-8"))
+    mini, control = out / MINI_FOLDER, out / CONTROL_FOLDER
+    mini.mkdir(parents=True, exist_ok=True)
+    control.mkdir(parents=True, exist_ok=True)
+    written = []
     for ts in spec["task_sets"]:
         for t in ts["tasks"]:
             # the model is scripted with the known answer (the oracle view); the agent is not
-            task = oracle_task(load_task(ROOT / "specs" / t["path"]))
-            _write(out / f"{t['id']}.json", turns(task))
-            _write(control / f"{t['id']}.json", control_turns())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+            task = oracle_task(load_task(spec_path.parent / t["path"]))
+            for path, script in ((mini / f"{t['id']}.json", turns(task)),
+                                 (control / f"{t['id']}.json", control_turns())):  # fmt: skip
+                _write(path, script)
+                written.append(path)
+    return written
