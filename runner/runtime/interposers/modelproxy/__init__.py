@@ -1,7 +1,7 @@
 """The model proxy (issue 12): the subject's OpenAI / Anthropic endpoint, fault-injectable and
 recording. `ModelProxy` in `proxy.py`; wire dialects in `dialects.py`; the answering backend
 and its ledger in `backend.py`; live upstreams and their keys in `upstream.py`; the cassette
-format on the evaluator side (`runner.evaluator.protocol.cassette`)."""
+format in the runtime (`runner.runtime.cassettes.format`)."""
 
 from runner.runtime.interposers.modelproxy.backend import MODES, Mode, ProxyEvent
 from runner.runtime.interposers.modelproxy.proxy import DUMMY_KEY, TOOL, ModelProxy

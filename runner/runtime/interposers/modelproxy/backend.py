@@ -9,7 +9,7 @@ phases. Per request: the dialect from the path, then
 - `replay`: look the (request key, occurrence) up in the recorded cassette;
 - `scripted`: answer turn N (N = assistant turns already in the conversation) of the script;
   a `policy` cassette instead answers what its rules choose for the request
-  (runner/evaluator/protocol/policy.py), rendered like a scripted turn.
+  (runner/runtime/cassettes/policy.py), rendered like a scripted turn.
 
 A replay miss or a turn beyond the script is a divergence: a `ProxyEvent`, and a 422 with
 `x-should-retry: false` (the SDKs then do not retry) and an error body naming the request key.
