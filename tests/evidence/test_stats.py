@@ -369,7 +369,7 @@ def test_plan_states_power_and_warns(tmp_path: Path) -> None:
     assert "power" in res.output and "below 80 %" in res.output
     spec = _spec(tmp_path, "replicates = 4", "alpha = 0.1\nminimum_detectable_effect = 0.5")
     res = cli.invoke(app, ["plan", "--json", str(spec)])
-    doc = json.loads(res.output)
+    doc = json.loads(res.stdout)  # a warning goes to stderr
     power = doc["power"]
     assert power["alpha"] == 0.1 and power["minimum_detectable_effect"] == 0.5
     assert power["comparisons"] and all(0 <= c["power"] <= 1 for c in power["comparisons"])
