@@ -73,6 +73,22 @@ def opens(monkeypatch: pytest.MonkeyPatch) -> Callable[[Path], list[str]]:
 
 
 @pytest.fixture
+def parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every TOML text parsed (tomllib.loads: load_spec, parse_spec, protocol.json's spec)."""
+    import tomllib
+
+    seen: list[str] = []
+    real = tomllib.loads
+
+    def loads(text: str, **kw: Any) -> Any:
+        seen.append(text)
+        return real(text, **kw)
+
+    monkeypatch.setattr(tomllib, "loads", loads)
+    return seen
+
+
+@pytest.fixture
 def no_attempts(monkeypatch: pytest.MonkeyPatch) -> list[MatrixRun]:
     """`run_matrix` records the run it was handed instead of running attempts (no root)."""
     import runner.orchestrate as orchestrate
@@ -101,19 +117,27 @@ def bench_run(*args: str | Path) -> Any:
 
 
 def test_bench_run_opens_the_spec_once_created_and_resumed(
-    tmp_path: Path, opens: Callable[[Path], list[str]], no_attempts: list[MatrixRun]
+    tmp_path: Path,
+    opens: Callable[[Path], list[str]],
+    parses: list[str],
+    no_attempts: list[MatrixRun],
 ) -> None:
+    """Up to the evaluation (which reads protocol.json, the evidence, on its own): one open of
+    the spec file and one parse of its text, for a new run and for a resumed one."""
     spec = smoke_copy(tmp_path)
+    text = spec.read_text()
     out = tmp_path / "runs"
-    copied = len(opens(spec))  # the copy's writes
+    copied = len(opens(spec))  # the copy's writes, the read just above
     bench_run(spec, "--draft", "--out", out, "--jobs", "1")
     assert len(opens(spec)) == copied + 1, opens(spec)
+    assert parses.count(text) == 1
     (created,) = no_attempts
     rp = read_protocol(created.run_dir)
     assert rp.spec_text.encode() == spec.read_bytes()
     n = len(opens(spec))  # the read just above
     bench_run(spec, "--draft", "--out", out, "--jobs", "1", "--resume", created.run_dir)
     assert len(opens(spec)) == n + 1, opens(spec)
+    assert parses.count(text) == 2
     assert no_attempts[1].run_dir == created.run_dir
     assert no_attempts[1].prepared.source.data == spec.read_bytes()
 
