@@ -356,3 +356,30 @@ def test_run_options_refuse_kept_dirs_on_a_cluster() -> None:
         RunOptions(keep_subject_dirs=True, cluster=Cluster("tcp://127.0.0.1:1"))
     with pytest.raises(AttributeError):
         RunOptions().jobs = 2  # type: ignore[misc]  # frozen
+
+
+def test_rerun_refuses_another_protocol_before_anything_is_built_or_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, opens: Callable[[Path], list[str]]
+) -> None:
+    """`bench reproduce --rerun` reads the checkout's spec once and holds its protocol against
+    the bundle's before building an image or making a run directory."""
+    from runner.imagebuild import builder as images
+    from runner.orchestrate import rerun
+
+    spec = smoke_copy(tmp_path).rename(tmp_path / "spec" / SMOKE.name)
+    spec.write_text(spec.read_text().replace("cap = 2", "cap = 3"))  # another protocol
+    source = SpecSource.read(spec)
+    bundle = MatrixRun.create(prepare(source), tmp_path / "runs", "a1b2c3", True, workload_for(
+        source.spec, spec))  # fmt: skip
+    bundle.record_start(None, None)
+
+    def no_image(folder: Path) -> Any:
+        raise AssertionError("an image was built for a rerun that is refused")
+
+    monkeypatch.setattr(images, "ensure_image", no_image)
+    before = len(opens(SMOKE))
+    out = tmp_path / "again"
+    with pytest.raises(InputError, match="another protocol than the bundle's"):
+        rerun(bundle.run_dir, out)
+    assert len(opens(SMOKE)) == before + 1
+    assert not out.exists()
