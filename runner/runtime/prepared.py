@@ -168,6 +168,8 @@ class PreparedProtocol:
 
     def require_runnable(self, allow_draft: bool) -> None:
         """A changed frozen protocol never runs; a draft only when the caller allows it."""
+        if self.status is None:  # a worker's or a resumed run's value: never a new run's
+            raise ValueError("a new run needs the freeze state: prepare(source, freeze=True)")
         where = str(self.path)
         if self.status is freezing.ProtocolStatus.AMENDMENT_REQUIRED:
             raise InputError(

@@ -383,3 +383,13 @@ def test_rerun_refuses_another_protocol_before_anything_is_built_or_written(
         rerun(bundle.run_dir, out)
     assert len(opens(SMOKE)) == before + 1
     assert not out.exists()
+
+
+def test_a_new_run_needs_the_freeze_state(tmp_path: Path) -> None:
+    """A value prepared without the freeze log (a worker's) cannot create a run: the run would
+    otherwise record no freeze without its spec ever being held against the log."""
+    source = SpecSource.read(SMOKE)
+    unchecked = prepare(source, freeze=False)
+    with pytest.raises(ValueError, match="freeze state"):
+        MatrixRun.create(unchecked, tmp_path, "a1b2c3", True, workload_for(source.spec, SMOKE))
+    assert not any(tmp_path.iterdir())
