@@ -24,9 +24,9 @@ from runner.benchmarks.registry import workload_for
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.inputs import evaluator_digest, project_root
 from runner.evaluator.evidence.layout import require as require_layout
-from runner.evaluator.protocol.specload import load_spec
 from runner.evaluator.publish.results import SubjectResult, evaluate_into
 from runner.runtime.executor import MatrixRun
+from runner.runtime.prepared import SpecSource, prepare
 from runner.runtime.workload import Workload
 from runner.trust.sign import sign_if_keyed
 
@@ -103,62 +103,78 @@ def evaluate_and_write(run_dir: Path, log: Log = _quiet) -> dict[str, SubjectRes
     return results
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """What `bench run` was asked for, as one value (the CLI builds it, `run_spec` reads it).
+
+    `shard`: only that shard's cells run and nothing is evaluated (`bench merge` joins the
+    shards into one run directory that evaluates like a single-host run). `keep_subject_dirs`
+    (a local run): each attempt's subject state directory (the agent's own stdout.log,
+    stderr.log, event log and files) stays after the run, outside the evidence. `only` (`--only`
+    values, runner/runtime/cellselect.py): just those cells run, and only as a draft: the run
+    records no freeze, so it never mints a scorecard."""
+
+    out_root: Path = Path("runs")
+    jobs: int = 1
+    resume: Path | None = None
+    draft: bool = False
+    cluster: Cluster | None = None
+    shard: Shard | None = None
+    keep_subject_dirs: bool = False
+    only: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:  # refused before anything is read or written
+        if self.keep_subject_dirs and self.cluster is not None:
+            raise InputError(
+                "--keep-subject-dirs keeps a local run's directories: not with --cluster"
+            )
+
+
 def run_spec(
     spec_path: Path,
-    out_root: Path,
+    options: RunOptions = RunOptions(),
     *,
-    jobs: int = 1,
-    resume: Path | None = None,
-    draft: bool = False,
     log: Log = _quiet,
     progress: Progress = no_progress,
-    cluster: Cluster | None = None,
-    shard: Shard | None = None,
-    keep_subject_dirs: bool = False,
-    only: Sequence[str] = (),
 ) -> RunOutcome:
     """Resolve, check the freeze, run every unfinished cell, evaluate and write results.
 
-    With `shard`, only that shard's cells run and nothing is evaluated (`bench merge` joins the
-    shards into one run directory that evaluates like a single-host run). With
-    `keep_subject_dirs` (a local run) each attempt's subject state directory (the agent's own
-    stdout.log, stderr.log, event log and files) stays after the run, outside the evidence.
-    With `only` (`--only` values, runner/runtime/cellselect.py) just those cells run, and only
-    as a draft: the run records no freeze, so it never mints a scorecard."""
+    The spec file is read once (runner/runtime/prepared.py): the bytes recorded in
+    protocol.json, the spec parsed from them, its identities and freeze state all come from
+    that one read, whether the run is created or resumed."""
     from runner.runtime.cellselect import parse_only
     from runner.runtime.host import naming, sweep
 
-    if keep_subject_dirs and cluster is not None:  # before anything is written
-        raise InputError("--keep-subject-dirs keeps a local run's directories: not with --cluster")
-    spec = load_spec(spec_path)
-    subset = parse_only(only, spec) if only else None  # exit 2 before a run directory exists
-    if subset is not None and not draft:
+    o = options
+    source = SpecSource.read(spec_path)
+    subset = parse_only(o.only, source.spec) if o.only else None  # exit 2 before a run dir
+    if subset is not None and not o.draft:
         raise InputError(
             "--only runs a subset of the matrix, which is always a draft (no scorecard): "
             "pass --draft as well",
             key="--only",
         )
-    workload = workload_for(spec, spec_path)
+    workload = workload_for(source.spec, spec_path)
     client = None
-    if cluster is not None:  # an unreachable scheduler is refused before a run directory exists
+    if o.cluster is not None:  # an unreachable scheduler is refused before a run directory exists
         from runner.scale.cluster import connect
 
-        client = connect(cluster.address)
+        client = connect(o.cluster.address)
     try:
-        if resume is not None:
-            mrun = MatrixRun.resume(spec_path, resume, workload)
+        if o.resume is not None:
+            mrun = MatrixRun.resume(source, o.resume, workload)
             if subset is not None and mrun.rp.freeze_record is not None:
                 raise InputError(
                     "--only continues a draft run only: this run is under a frozen protocol "
                     "(resume it whole, without --only)",
-                    file=str(resume),
+                    file=str(o.resume),
                 )
             leftovers = sweep.sweep(prefix_filter=mrun.rp.run_id)
             if leftovers.removed_anything:
                 log(f"removed leftovers: {leftovers.model_dump(exclude_defaults=True)}")
         else:
             mrun = MatrixRun.create(
-                spec_path, out_root, naming.new_run_id(), draft, workload,
+                prepare(source), o.out_root, naming.new_run_id(), o.draft, workload,
                 draft_only=subset is not None,
             )  # fmt: skip
             if subset is not None:
@@ -167,17 +183,15 @@ def run_spec(
         if client is not None:
             client.close()
         raise
+    shard = o.shard
     select = _both(shard.keeps if shard is not None else None, subset.keeps if subset else None)
     kept = None
-    if cluster is not None:
+    if o.cluster is not None:
         run_dir = run_on_cluster(
-            mrun, workload, cluster, log=log, progress=progress, select=select, client=client
+            mrun, workload, o.cluster, log=log, progress=progress, select=select, client=client
         )
     else:
-        run_dir, kept = run_matrix(
-            mrun, workload, jobs, log=log, progress=progress, select=select,
-            keep_subject_dirs=keep_subject_dirs,
-        )  # fmt: skip
+        run_dir, kept = run_matrix(mrun, workload, o, log=log, progress=progress, select=select)
     if shard is not None:
         n = sum(1 for c in mrun.cells() if select is not None and select(c))
         return RunOutcome(run_dir, {}, shard, n, subject_dirs=kept)
@@ -196,16 +210,17 @@ def _both(
 def run_matrix(
     mrun: MatrixRun,
     workload: Workload,
-    jobs: int,
+    options: RunOptions,
     *,
     log: Log = _quiet,
     progress: Progress = no_progress,
     select: Callable[[Cell], bool] | None = None,
-    keep_subject_dirs: bool = False,
 ) -> tuple[Path, Path | None]:
     """Execute every unfinished cell (of those `select` keeps) of a prepared run in the
-    workload's sandbox image. Returns the run directory and, when kept, the folder of the
-    subjects' state directories (one per attempt, named like its journal)."""
+    workload's sandbox image, `options.jobs` at a time. Returns the run directory and, when
+    `options.keep_subject_dirs`, the folder of the subjects' state directories (one per
+    attempt, named like its journal). Every attempt judges its witnesses by the run's own
+    contracts (protocol.json), not by whatever `witnesses/` holds now."""
     from runner.imagebuild import builder as images
     from runner.runtime import envcollect
     from runner.runtime.attempt import run as attempt
@@ -220,19 +235,24 @@ def run_matrix(
     states = [s for s in mrun.cell_states() if select is None or select(s.cell)]
     remaining = sum(not s.finished for s in states)
     with (
-        RunServices(run_id, run_dir, keep_subject_dirs=keep_subject_dirs) as services,
+        RunServices(
+            run_id,
+            run_dir,
+            keep_subject_dirs=options.keep_subject_dirs,
+            contracts=mrun.rp.contract_map(),  # the run's own (protocol.json), not witnesses/
+        ) as services,  # fmt: skip
         progress(len(states), len(states) - remaining) as advance,
     ):
         summary = execute(
             mrun,
             built.tag,
             lambda plan: attempt.run_attempt(plan, services),
-            jobs,
+            options.jobs,
             on_cell_done=lambda cell, n: advance(),
             select=select,
         )
     log(f"{summary.attempts_run} attempts over {summary.cells} cells in {summary.wall_s:.1f} s")
-    return run_dir, (services.subject_root if keep_subject_dirs else None)
+    return run_dir, (services.subject_root if options.keep_subject_dirs else None)
 
 
 def run_on_cluster(
@@ -313,7 +333,13 @@ def rerun(
     spec = rp.spec()
     store = EvidenceStore(bundle, create=False)
     published = LoadedEvidence.from_store(store)
-    workload = workload_for(load_spec(spec_path), spec_path)
+    source = SpecSource.read(spec_path)  # the one read of this checkout's spec
+    prepared = prepare(source)
+    if prepared.identities.protocol_hash != rp.identities.protocol_hash:
+        raise InputError(
+            f"{spec_path} resolves to another protocol than the bundle's", file=str(spec_path)
+        )
+    workload = workload_for(source.spec, spec_path)
     # The image is part of the environment: a rerun on another image is refused like any drift.
     from runner.imagebuild import builder as images
 
@@ -323,12 +349,8 @@ def rerun(
     proof = check_environments([*then, here], spec.factors, spec.sources)
     if not proof.conform:
         return RerunOutcome(refused=list(proof.reason_codes))
-    mrun = MatrixRun.create(spec_path, out_root, naming.new_run_id(), False, workload)
-    if mrun.rp.identities.protocol_hash != rp.identities.protocol_hash:
-        raise InputError(
-            f"{spec_path} resolves to another protocol than the bundle's", file=str(spec_path)
-        )
-    run_dir, _ = run_matrix(mrun, workload, jobs, log=log, progress=progress)
+    mrun = MatrixRun.create(prepared, out_root, naming.new_run_id(), False, workload)
+    run_dir, _ = run_matrix(mrun, workload, RunOptions(jobs=jobs), log=log, progress=progress)
     digest = evaluator_digest()
     old = evaluate_run(rp, published, digest)
     new_store = EvidenceStore(run_dir, create=False)

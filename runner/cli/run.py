@@ -65,7 +65,7 @@ def run(
 ) -> None:
     """Run a spec's preregistered matrix and write evidence, then scorecards or reports."""
     from runner.evaluator.core.errors import InputError
-    from runner.orchestrate import Cluster, Shard, run_spec
+    from runner.orchestrate import Cluster, RunOptions, Shard, run_spec
     from runner.scale.shard import parse_shard
     from runner.scale.worker_host import check_address, parse_resources
 
@@ -82,19 +82,18 @@ def run(
         jobs = default_jobs()
         out.print(f"jobs: {jobs} (what this machine carries; --jobs N to choose)")
     part = Shard(*parse_shard(shard)) if shard is not None else None
-    outcome = run_spec(
-        spec,
-        out_dir,
+    options = RunOptions(
+        out_root=out_dir,
         jobs=jobs or 1,
         resume=resume,
         draft=draft,
-        log=log,
-        progress=view.progress if view is not None else cell_progress,
         cluster=where,
         shard=part,
         keep_subject_dirs=keep_subject_dirs,
-        only=only or (),
+        only=tuple(only or ()),
     )
+    progress = view.progress if view is not None else cell_progress
+    outcome = run_spec(spec, options, log=log, progress=progress)
     run_dir = outcome.run_dir
     if outcome.subject_dirs is not None:
         out.print(f"subject state directories kept in {outcome.subject_dirs} (not evidence)")

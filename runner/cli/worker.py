@@ -63,11 +63,13 @@ def worker(
     nworkers: Annotated[int, typer.Option(min=1, max=64, help="worker processes")] = 1,
 ) -> None:
     """Serve a `bench run --cluster` coordinator: run its attempts on this host."""
+    from runner.runtime.prepared import SpecSource
     from runner.scale.worker_host import check_address, host_problems, parse_resources
 
     parsed = parse_resources(resources)
     check_address(scheduler, "--scheduler")
-    problems = host_problems(spec)
+    sources = [SpecSource.read(p) for p in spec]  # each spec read once (InputError: a bad one)
+    problems = host_problems(sources)
     if problems:
         for p in problems:
             err.print(f"refused: {p}", markup=False)
@@ -77,7 +79,7 @@ def worker(
     from runner.scale.worker_runtime import WORKER_IDS_VAR
 
     with tempfile.TemporaryDirectory(prefix="afb-worker-") as folder:
-        observed = observe_host(spec, Path(folder))
+        observed = observe_host(sources, Path(folder))
         ids = Path(folder) / "workers"
         ids.mkdir()
         env = {HOST_ENVIRONMENT_VAR: str(observed), WORKER_IDS_VAR: str(ids)}

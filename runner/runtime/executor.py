@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,21 +32,18 @@ from runner.evaluator.evidence.records import (
     HarnessError,
     RunStarted,
 )
-from runner.evaluator.protocol import freeze as freezing
-from runner.evaluator.protocol.identities import compute
-from runner.evaluator.protocol.matrix import Cell, Slot, resolve
+from runner.evaluator.protocol.matrix import Cell, Slot
 from runner.evaluator.protocol.runfile import (
     PROTOCOL_FILE,
     RunProtocol,
     read_protocol,
-    subject_roles,
     write_protocol,
 )
 from runner.evaluator.protocol.spec import Spec
-from runner.evaluator.protocol.specload import load_spec, spec_base
-from runner.evaluator.protocol.witness import load_contracts
+from runner.evaluator.protocol.specload import spec_base
 from runner.evaluator.verdict.outcomes import SUBJECT_OUTCOMES, attempt_status, group_attempts
 from runner.runtime.attempt.api import AttemptPlan, journal_name
+from runner.runtime.prepared import PreparedProtocol, SpecSource, for_run
 from runner.runtime.subjects.registry import Launch, resolve_subjects
 from runner.runtime.workload import TaskViews, Workload
 
@@ -141,20 +138,20 @@ class MatrixRun:
 
     def __init__(
         self,
-        spec_path: Path,
+        prepared: PreparedProtocol,
         run_dir: Path,
-        spec: Spec,
         rp: RunProtocol,
         workload: Workload,
         launchers: dict[str, Launch],
     ) -> None:
-        self.spec_path = spec_path
+        self.prepared = prepared
+        self.spec_path = prepared.path
         self.run_dir = run_dir
-        self.spec = spec
+        self.spec = prepared.spec
         self.rp = rp
         self.workload = workload
         self.launchers = launchers
-        self.hidden_paths = hidden_paths(spec, spec_path)
+        self.hidden_paths = hidden_paths(self.spec, self.spec_path)
         self.store = EvidenceStore(run_dir)
         self.slots: dict[str, Slot] = {s.slot_id: s for s in rp.slots}
         self._lock = threading.Lock()
@@ -164,7 +161,7 @@ class MatrixRun:
     @classmethod
     def create(
         cls,
-        spec_path: Path,
+        prepared: PreparedProtocol,
         out_root: Path,
         run_id: str,
         allow_draft: bool,
@@ -172,54 +169,24 @@ class MatrixRun:
         *,
         draft_only: bool = False,
     ) -> MatrixRun:
-        """`draft_only` (a subset run, `--only`): the run records no freeze even when the spec
+        """A new run directory under `out_root` holding the prepared protocol's protocol.json.
+        `draft_only` (a subset run, `--only`): the run records no freeze even when the spec
         is frozen, so its evidence stays a draft's for good (resumed in full, too)."""
-        spec = load_spec(spec_path)
-        matrix = resolve(spec)
-        root = project_root()
-        contracts = load_contracts(root / "witnesses")
-        ids = compute(spec, spec_path, matrix, contracts)
-        from runner.evaluator.trust.head import freeze_anchor
-        from runner.evaluator.trust.keys import trusted_keys
-
-        # the freeze log is believed only as its signed head covers it (a rewrite is refused)
-        state, record = freezing.status(spec_path, ids, freeze_anchor(trusted_keys))
-        if state is freezing.ProtocolStatus.AMENDMENT_REQUIRED:
-            raise InputError(
-                "frozen protocol changed: amendment required (run `bench amend SPEC --reason`"
-                " or restore the frozen spec)",
-                file=str(spec_path),
-            )
-        if state is freezing.ProtocolStatus.DRAFT and not allow_draft:
-            raise InputError(
-                "this protocol is a draft: freeze it (`bench freeze SPEC`) or pass --draft to "
-                "collect evidence only (a draft never yields a scorecard)",
-                file=str(spec_path),
-            )
+        prepared.require_runnable(allow_draft)
+        spec, spec_path = prepared.spec, prepared.path
         launchers = resolve_subjects(spec, spec_path, workload)
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         run_dir = out_root / f"{spec.protocol.id}-{stamp}-{run_id}"
         run_dir.mkdir(parents=True, exist_ok=False)
         os.chmod(run_dir, 0o700)  # evidence is root's: the subject (nobody) cannot write it
-        rp = RunProtocol(
-            run_id=run_id,
-            spec_name=spec_path.name,
-            spec_text=spec_path.read_text(encoding="utf-8"),
-            identities=ids,
-            slots=matrix.slots,
-            contracts=list(contracts.values()),
-            freeze_record=(
-                record if state is freezing.ProtocolStatus.FROZEN and not draft_only else None
-            ),
-            subject_roles=subject_roles(spec),
-        )
+        rp = prepared.run_protocol(run_id, draft_only=draft_only)
         write_protocol(run_dir, rp)
-        return cls(spec_path, run_dir, spec, rp, workload, launchers)
+        return cls(prepared, run_dir, rp, workload, launchers)
 
     @classmethod
     def for_worker(
         cls,
-        spec_path: Path,
+        prepared: PreparedProtocol,
         scratch_dir: Path,
         run_id: str,
         workload: Workload,
@@ -230,46 +197,28 @@ class MatrixRun:
         Nothing is written here (no protocol.json): the coordinator is the single writer of the
         run directory. The spec must resolve to the coordinator's protocol, else InputError.
         """
-        spec = load_spec(spec_path)
-        matrix = resolve(spec)
-        contracts = load_contracts(project_root() / "witnesses")
-        ids = compute(spec, spec_path, matrix, contracts)
+        ids = prepared.identities
         if ids.protocol_hash != protocol_hash:
             raise InputError(
                 f"this worker resolves the spec to protocol {ids.protocol_hash}, the run is "
                 f"under {protocol_hash} (another checkout or evaluator on this worker?)",
-                file=str(spec_path),
+                file=str(prepared.path),
             )
-        rp = RunProtocol(
-            run_id=run_id,
-            spec_name=spec_path.name,
-            spec_text=spec_path.read_text(encoding="utf-8"),
-            identities=ids,
-            slots=matrix.slots,
-            contracts=list(contracts.values()),
-            freeze_record=None,
-            subject_roles=subject_roles(spec),
-        )
-        return cls(
-            spec_path, scratch_dir, spec, rp, workload, resolve_subjects(spec, spec_path, workload)
-        )
+        rp = replace(prepared, freeze_record=None).run_protocol(run_id)
+        launchers = resolve_subjects(prepared.spec, prepared.path, workload)
+        return cls(prepared, scratch_dir, rp, workload, launchers)
 
     @classmethod
-    def resume(cls, spec_path: Path, run_dir: Path, workload: Workload) -> MatrixRun:
+    def resume(cls, source: SpecSource, run_dir: Path, workload: Workload) -> MatrixRun:
+        """Continue the run in `run_dir` under its own protocol.json (contracts, freeze record);
+        the spec, read once into `source`, must resolve to the same protocol."""
         if not (run_dir / PROTOCOL_FILE).is_file():
             raise InputError("not a run directory (no protocol.json)", file=str(run_dir))
         rp = read_protocol(run_dir)
-        spec = load_spec(spec_path)
-        ids = compute(spec, spec_path, resolve(spec))
-        if ids.protocol_hash != rp.identities.protocol_hash:
-            raise InputError(
-                f"the run was made under protocol {rp.identities.protocol_hash}, the spec now "
-                f"resolves to {ids.protocol_hash}; a run continues only under its own protocol",
-                file=str(spec_path),
-            )
-        launchers = resolve_subjects(spec, spec_path, workload)
+        prepared = for_run(source, rp)
+        launchers = resolve_subjects(prepared.spec, prepared.path, workload)
         _drop_empty_journals(run_dir)
-        return cls(spec_path, run_dir, spec, rp, workload, launchers)
+        return cls(prepared, run_dir, rp, workload, launchers)
 
     # ---------------------------------------------------------------------------- evidence
 

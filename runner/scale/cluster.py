@@ -28,7 +28,6 @@ from typing import Any, Protocol
 
 from rich.markup import escape
 
-from runner.evaluator.core.canonical import sha256_digest
 from runner.evaluator.core.errors import EvidenceError, InputError
 from runner.evaluator.protocol.matrix import Cell
 from runner.runtime.attempt.api import journal_name
@@ -158,7 +157,7 @@ def execute_on_cluster(
     ]
     queue.reverse()  # pop() from the end keeps the executor's cell order
     seen_env = recorded_environments(mrun)
-    spec_digest = sha256_digest(mrun.spec_path.read_bytes())  # the worker reads the same bytes
+    spec_digest = mrun.prepared.source.digest  # of the bytes read once; the worker checks its own
     threads = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values())
     limit = window or max(8, 2 * threads)
     started: dict[str, dict[str, Any]] = {}

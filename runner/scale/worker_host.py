@@ -17,6 +17,7 @@ from pathlib import Path
 
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.inputs import project_root
+from runner.runtime.prepared import SpecSource
 
 
 def check_address(address: str, key: str) -> str:
@@ -47,8 +48,9 @@ def parse_resources(text: str | None, key: str = "--resources") -> dict[str, flo
     return out
 
 
-def host_problems(specs: Sequence[Path], sandbox_backend: str | None = None) -> list[str]:
-    """Everything that keeps this host from running the specs' attempts ([] when ready)."""
+def host_problems(specs: Sequence[SpecSource], sandbox_backend: str | None = None) -> list[str]:
+    """Everything that keeps this host from running the specs' attempts ([] when ready); each
+    spec as `bench worker` read it, once."""
     from runner.runtime.sandbox import registry
 
     backend = registry.backend(sandbox_backend or registry.DEFAULT)
@@ -65,18 +67,18 @@ def host_problems(specs: Sequence[Path], sandbox_backend: str | None = None) -> 
     return problems
 
 
-def image_problems(specs: Sequence[Path], sandbox_backend: str | None = None) -> list[str]:
+def image_problems(specs: Sequence[SpecSource], sandbox_backend: str | None = None) -> list[str]:
     """Each spec's sandbox image must be loaded under the tag of its current input digest."""
     from runner.benchmarks.registry import workload_for
-    from runner.evaluator.protocol.specload import load_spec
     from runner.imagebuild import builder as images
     from runner.runtime.sandbox import registry
 
     backend = registry.backend(sandbox_backend or registry.DEFAULT)
     store = backend.images()
     problems = []
-    for spec_path in specs:
-        workload = workload_for(load_spec(spec_path), spec_path)  # InputError: a bad spec
+    for source in specs:
+        spec_path = source.path
+        workload = workload_for(source.spec, spec_path)  # InputError: a grader of no benchmark
         image_dir = project_root() / "images" / workload.image
         if images.built_image(image_dir, store) is None:
             problems.append(
@@ -91,7 +93,7 @@ def image_problems(specs: Sequence[Path], sandbox_backend: str | None = None) ->
 HOST_ENVIRONMENT_VAR = "AFB_HOST_ENVIRONMENT"  # a file: {spec digest: environment artifact}
 
 
-def observe_host(specs: Sequence[Path], folder: Path) -> Path:
+def observe_host(specs: Sequence[SpecSource], folder: Path) -> Path:
     """Observe this host's execution environment once per spec, for all its worker processes.
 
     The environment is the host's, not a process's: worker processes of one host report the
@@ -101,17 +103,16 @@ def observe_host(specs: Sequence[Path], folder: Path) -> Path:
     import json
 
     from runner.benchmarks.registry import workload_for
-    from runner.evaluator.core.canonical import canonical_bytes, sha256_digest
-    from runner.evaluator.protocol.specload import load_spec
+    from runner.evaluator.core.canonical import canonical_bytes
     from runner.imagebuild import builder as images
     from runner.runtime import envcollect
 
     observed: dict[str, str] = {}
-    for spec_path in specs:
-        spec = load_spec(spec_path)
-        tag = images.image_tag(project_root() / "images" / workload_for(spec, spec_path).image)
-        env = envcollect.observe(spec, image=tag)
-        observed[sha256_digest(spec_path.read_bytes())] = canonical_bytes(env.to_json()).decode()
+    for source in specs:
+        workload = workload_for(source.spec, source.path)
+        tag = images.image_tag(project_root() / "images" / workload.image)
+        env = envcollect.observe(source.spec, image=tag)
+        observed[source.digest] = canonical_bytes(env.to_json()).decode()
     path = folder / "host-environment.json"
     path.write_text(json.dumps(observed, sort_keys=True))
     return path

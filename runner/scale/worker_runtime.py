@@ -35,6 +35,7 @@ from runner.runtime.attempt.api import AttemptPlan
 from runner.runtime.attempt.services import RunServices
 from runner.runtime.executor import MatrixRun
 from runner.runtime.host import naming, paths
+from runner.runtime.prepared import SpecSource, parse_spec, prepare, read_spec_bytes
 from runner.runtime.sandbox import registry
 from runner.scale.cluster_bundle import AttemptBundle, AttemptRequest, WorkerRefusal
 
@@ -94,6 +95,11 @@ class WorkerRuntime:
 
         run_attempt(plan, self.services)
 
+    def _use_contracts(self, proto: _Protocol) -> None:
+        """The attempt's witnesses are judged by its protocol's contracts (equal to the
+        coordinator's: they are bound into the protocol hash the worker matched)."""
+        self.services.contracts = dict(proto.mrun.rp.contract_map())
+
     def close(self) -> None:
         if self._open:
             self._open = False
@@ -106,24 +112,20 @@ class WorkerRuntime:
         if key in self._protocols:
             return self._protocols[key]
         from runner.benchmarks.registry import workload_for
-        from runner.evaluator.protocol.specload import load_spec
         from runner.imagebuild import builder as images
         from runner.runtime import envcollect
 
-        path = Path(req.spec_path)
-        if not path.is_file() or sha256_digest(path.read_bytes()) != req.spec_digest:
-            fallback = project_root() / "specs" / req.spec_name
-            if fallback.is_file() and sha256_digest(fallback.read_bytes()) == req.spec_digest:
-                path = fallback
-            else:
+        try:
+            source = _same_spec(req)
+            if source is None:
                 raise WorkerRefusal(
                     f"worker {self.worker_id}: no spec {req.spec_path} (or specs/{req.spec_name})"
                     f" with digest {req.spec_digest} on this host"
                 )
-        try:
-            workload = workload_for(load_spec(path), path)
+            workload = workload_for(source.spec, source.path)
+            prepared = prepare(source, freeze=False)  # the coordinator holds the freeze record
             mrun = MatrixRun.for_worker(
-                path, self.scratch, self.worker_id, workload, req.protocol_hash
+                prepared, self.scratch, self.worker_id, workload, req.protocol_hash
             )
         except InputError as exc:
             raise WorkerRefusal(f"worker {self.worker_id}: {exc.render()}") from None
@@ -162,6 +164,7 @@ class WorkerRuntime:
             journal = proto.mrun.journal_path(cell, req.attempt)
             if journal.exists():  # a leftover of an attempt this process never returned
                 journal.unlink()
+            self._use_contracts(proto)
             announce()
             t0 = time.monotonic_ns()
             self._run_attempt(plan)
@@ -193,6 +196,20 @@ class WorkerRuntime:
         for p in (self.scratch / BLOBS).iterdir():
             p.unlink()
         return data, blobs
+
+
+def _same_spec(req: AttemptRequest) -> SpecSource | None:
+    """The spec the coordinator's run was made from, as read on this host: at the path the
+    coordinator names, else at specs/<its name> in this checkout; each file read once (bounded)
+    and kept only when its bytes have the run's digest. None when neither has them."""
+    for path in (Path(req.spec_path), project_root() / "specs" / req.spec_name):
+        try:
+            data = read_spec_bytes(path)
+        except InputError:
+            continue  # missing, not a regular file, too big: not the run's spec
+        if sha256_digest(data) == req.spec_digest:
+            return SpecSource(path, data, parse_spec(data, path))
+    return None
 
 
 def _host_environment(spec_digest: str) -> ExecutionEnvironment | None:

@@ -145,6 +145,7 @@ def test_a_planted_upward_import_is_caught(tmp_path: Path, where: str, line: str
 # A group is the first name under runner/runtime/ (a folder or a module). A new folder or module
 # must be placed here (the check refuses an unplaced one): one line to edit.
 RUNTIME_ORDER: tuple[str | tuple[str, ...], ...] = (
+    "prepared",  # the spec read once (imports only the evaluator)
     "host",  # namespaces, nft, processes, podman service, naming
     "sandbox",  # the Sandbox protocol and its backends
     "events",  # what interposers tell the trigger engine (CallEvent, Directive, Decision)

@@ -143,19 +143,22 @@ def _attempts(run_dir: Path) -> int:
 def real(out: Path) -> None:
     from runner.benchmarks.registry import workload_for
     from runner.evaluator.core.inputs import project_root
-    from runner.evaluator.protocol.specload import load_spec
     from runner.imagebuild import builder as images
     from runner.runtime.attempt import run as attempt
     from runner.runtime.attempt.services import RunServices
     from runner.runtime.executor import MatrixRun, execute
     from runner.runtime.host import naming
+    from runner.runtime.prepared import SpecSource, prepare
     from runner.scale.cluster import connect, execute_on_cluster
 
-    workload = workload_for(load_spec(SMOKE), SMOKE)
+    source = SpecSource.read(SMOKE)
+    workload = workload_for(source.spec, SMOKE)
     tag = images.ensure_image(project_root() / "images" / workload.image).tag
     rows = []
     for jobs in (1, 2):
-        mrun = MatrixRun.create(SMOKE, out / f"local{jobs}", naming.new_run_id(), True, workload)
+        mrun = MatrixRun.create(
+            prepare(source), out / f"local{jobs}", naming.new_run_id(), True, workload
+        )
         mrun.record_start(None, None)
         with RunServices(mrun.rp.run_id, mrun.run_dir) as services:
             summary = execute(mrun, tag, lambda p, s=services: attempt.run_attempt(p, s), jobs)
@@ -166,7 +169,7 @@ def real(out: Path) -> None:
         ) as a:
             client = connect(a)
             mrun = MatrixRun.create(
-                SMOKE, out / f"cluster{workers}", naming.new_run_id(), True, workload
+                prepare(source), out / f"cluster{workers}", naming.new_run_id(), True, workload
             )
             mrun.record_start(None, None)
             # as many tasks out as workers: a submitted attempt starts at once, as with --jobs
@@ -222,20 +225,21 @@ def sim(out: Path, cells: int, window: int | None, every: int = 10_000) -> None:
 
     from runner.benchmarks.registry import workload_for
     from runner.evaluator.core.inputs import project_root
-    from runner.evaluator.protocol.specload import load_spec
     from runner.imagebuild import builder as images
     from runner.runtime.executor import MatrixRun
     from runner.runtime.host import naming
+    from runner.runtime.prepared import SpecSource, prepare
     from runner.scale.cluster import connect, execute_on_cluster
     from runner.scale.worker_simulate import simulated_attempt_task
 
     spec = sim_spec(out, cells)
-    workload = workload_for(load_spec(spec), spec)
+    source = SpecSource.read(spec)
+    workload = workload_for(source.spec, spec)
     tag = images.image_tag(project_root() / "images" / workload.image)
     with local_cluster(2, bench_worker=False, spec=spec, logs=out / "logs") as address:
         client = connect(address)
         t_create = time.perf_counter()
-        mrun = MatrixRun.create(spec, out / "runs", naming.new_run_id(), True, workload)
+        mrun = MatrixRun.create(prepare(source), out / "runs", naming.new_run_id(), True, workload)
         mrun.record_start(None, None)
         create_s = time.perf_counter() - t_create
         print(

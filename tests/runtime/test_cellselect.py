@@ -91,20 +91,25 @@ def test_a_subset_of_a_frozen_spec_records_no_freeze(tmp_path: Path) -> None:
     evaluation nor a later full `--resume` can mint a scorecard from it."""
     from runner.benchmarks.registry import workload_for
     from runner.runtime.executor import MatrixRun
+    from runner.runtime.prepared import SpecSource, prepare
     from tests.subjects.agents import TASK, make_spec, subject_block
 
     spec = make_spec(tmp_path, subject_block("intent-reconcile"))
     frozen = CliRunner().invoke(app, ["freeze", str(spec)])
     assert frozen.exit_code == 0, frozen.output
-    workload = workload_for(load_spec(spec), spec)
-    whole = MatrixRun.create(spec, tmp_path / "o1", "aaaaaaaa", False, workload)
+    prepared = prepare(SpecSource.read(spec))
+    workload = workload_for(prepared.spec, spec)
+    whole = MatrixRun.create(prepared, tmp_path / "o1", "aaaaaaaa", False, workload)
     assert whole.rp.freeze_record is not None
-    part = MatrixRun.create(spec, tmp_path / "o2", "bbbbbbbb", True, workload, draft_only=True)
+    part = MatrixRun.create(prepared, tmp_path / "o2", "bbbbbbbb", True, workload, draft_only=True)
     assert part.rp.freeze_record is None
     assert part.rp.identities.protocol_hash == whole.rp.identities.protocol_hash
     # nor can a subset be taken of a frozen run by resuming it with --only
-    from runner.orchestrate import run_spec
+    from runner.orchestrate import RunOptions, run_spec
 
     with pytest.raises(InputError) as e:
-        run_spec(spec, tmp_path / "o3", resume=whole.run_dir, draft=True, only=[f"task={TASK}"])
+        options = RunOptions(
+            tmp_path / "o3", resume=whole.run_dir, draft=True, only=(f"task={TASK}",)
+        )
+        run_spec(spec, options)
     assert "frozen" in str(e.value) and not list(whole.run_dir.glob("journals/*-a*.jsonl"))

@@ -32,10 +32,10 @@ from runner.evaluator.evidence.records import (
     HarnessError,
 )
 from runner.evaluator.protocol.matrix import Cell
-from runner.evaluator.protocol.specload import load_spec
 from runner.evaluator.verdict.outcomes import attempt_status, group_attempts
 from runner.runtime.attempt.api import journal_name
 from runner.runtime.executor import MatrixRun
+from runner.runtime.prepared import SpecSource, prepare
 from runner.scale.cluster import task_key
 from runner.scale.cluster_bundle import AttemptBundle, admit
 from runner.scale.worker_host import check_address, parse_resources
@@ -46,17 +46,18 @@ SMOKE = ROOT / "specs" / "swe-lite-smoke.toml"
 
 @pytest.fixture(scope="module")
 def mrun_factory() -> Callable[[Path], MatrixRun]:
-    workload = workload_for(load_spec(SMOKE), SMOKE)
+    prepared = prepare(SpecSource.read(SMOKE))
+    workload = workload_for(prepared.spec, SMOKE)
     made: dict[str, MatrixRun] = {}
 
     def make(out: Path) -> MatrixRun:
         if "proto" not in made:
-            made["proto"] = MatrixRun.create(SMOKE, out, "c0ffee", True, workload)
+            made["proto"] = MatrixRun.create(prepared, out, "c0ffee", True, workload)
         p = made["proto"]
         run_dir = out / f"run-{len(list(out.iterdir()))}"
         run_dir.mkdir()
         (run_dir / "protocol.json").write_bytes((p.run_dir / "protocol.json").read_bytes())
-        return MatrixRun(SMOKE, run_dir, p.spec, p.rp, workload, p.launchers)
+        return MatrixRun(prepared, run_dir, p.rp, workload, p.launchers)
 
     return make
 
@@ -308,9 +309,10 @@ def test_a_lost_attempt_is_harness_invalid_with_its_cause_and_is_retried(
 
 
 def test_a_worker_on_another_protocol_refuses(tmp_path: Path) -> None:
-    workload = workload_for(load_spec(SMOKE), SMOKE)
+    prepared = prepare(SpecSource.read(SMOKE), freeze=False)
+    workload = workload_for(prepared.spec, SMOKE)
     with pytest.raises(InputError, match="resolves the spec to protocol"):
-        MatrixRun.for_worker(SMOKE, tmp_path, "abc123", workload, "sha256:" + "0" * 64)
+        MatrixRun.for_worker(prepared, tmp_path, "abc123", workload, "sha256:" + "0" * 64)
     assert not any(tmp_path.rglob("*.jsonl"))
 
 

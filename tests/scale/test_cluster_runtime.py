@@ -280,8 +280,8 @@ def test_a_worker_killed_mid_attempt_is_recorded_retried_and_swept(
 
 def test_a_coordinator_killed_mid_run_resumes_on_the_cluster(cluster: str, tmp_path: Path) -> None:
     from runner.benchmarks.registry import workload_for
-    from runner.evaluator.protocol.specload import load_spec
     from runner.runtime.executor import MatrixRun
+    from runner.runtime.prepared import SpecSource
     from runner.scale.shard import in_shard
 
     out = tmp_path / "runs"
@@ -305,7 +305,8 @@ def test_a_coordinator_killed_mid_run_resumes_on_the_cluster(cluster: str, tmp_p
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     for path, data in written.items():  # evidence written before the kill is untouched
         assert path.read_bytes() == data
-    mrun = MatrixRun.resume(SMOKE, run_dir, workload_for(load_spec(SMOKE), SMOKE))
+    source = SpecSource.read(SMOKE)
+    mrun = MatrixRun.resume(source, run_dir, workload_for(source.spec, SMOKE))
     states = [s for s in mrun.cell_states() if in_shard(s.cell.cell_id, 1, 4)]
     assert states and all(s.finished for s in states)
     names = {p.stem for p in (run_dir / "journals").glob("*-a*.jsonl")}

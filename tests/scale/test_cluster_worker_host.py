@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from runner.imagebuild import builder as images
+from runner.runtime.prepared import SpecSource
 from runner.scale import worker_host
 
 pytestmark = pytest.mark.runtime
@@ -34,7 +35,7 @@ def _real_host() -> None:
 
 def test_a_host_holding_the_image_is_ready() -> None:
     assert images.built_image(ROOT / "images" / "swe-lite") is not None, "build swe-lite first"
-    assert worker_host.host_problems([SMOKE]) == []
+    assert worker_host.host_problems([SpecSource.read(SMOKE)]) == []
 
 
 def test_an_image_of_other_inputs_is_refused_by_its_digest(
@@ -46,7 +47,7 @@ def test_an_image_of_other_inputs_is_refused_by_its_digest(
     conf = tmp_path / "images" / "swe-lite" / "image.toml"
     conf.write_text(conf.read_text().replace('"patch"]', '"patch", "less"]'))
     monkeypatch.setattr(worker_host, "project_root", lambda: tmp_path)
-    (problem,) = worker_host.host_problems([SMOKE])
+    (problem,) = worker_host.host_problems([SpecSource.read(SMOKE)])
     digest = images.image_input_digest(tmp_path / "images" / "swe-lite")
     assert digest != images.image_input_digest(ROOT / "images" / "swe-lite")
     assert digest in problem and images.image_tag(tmp_path / "images" / "swe-lite") in problem

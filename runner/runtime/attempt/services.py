@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from collections.abc import Mapping
 from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
@@ -42,6 +43,7 @@ class RunServices:
         keep_subject_dirs: bool = False,
         witnesses_dir: Path | None = None,
         sandbox_backend: str = registry.DEFAULT,
+        contracts: Mapping[FaultKind, WitnessContract] | None = None,
     ) -> None:
         self.backend = registry.backend(sandbox_backend)
         self.run_id = naming.check_run_id(run_id)
@@ -54,10 +56,14 @@ class RunServices:
         self.reaper: Reaper
         self.evidence: EvidenceStore
         self.launcher: SubjectLauncher
+        # a run's own contracts (its protocol.json's); else read from witnesses_dir on entry
+        self._given = dict(contracts) if contracts is not None else None
         self.contracts: dict[FaultKind, WitnessContract]
 
     def __enter__(self) -> RunServices:
-        self.contracts = load_contracts(self.witnesses_dir)
+        self.contracts = (
+            self._given if self._given is not None else load_contracts(self.witnesses_dir)
+        )
         self.run_dir.mkdir(parents=True, exist_ok=True)
         os.chown(self.run_dir, 0, 0)
         os.chmod(self.run_dir, 0o700)
