@@ -143,7 +143,8 @@ def run_spec(
     protocol.json, the spec parsed from them, its identities and freeze state all come from
     that one read, whether the run is created or resumed."""
     from runner.runtime.cellselect import parse_only
-    from runner.runtime.host import naming, sweep
+    from runner.runtime import sweep
+    from runner.runtime.host import naming
 
     o = options
     source = SpecSource.read(spec_path)

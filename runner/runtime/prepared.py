@@ -15,19 +15,13 @@ protocol.json; a resumed run takes them from there (`for_run`), and so does ever
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from runner.evaluator.core.bounded import SPEC_CAP, read_bounded
 from runner.evaluator.core.canonical import (
-    MAX_DEPTH,
-    CanonicalError,
-    canonical_bytes,
     sha256_digest,
 )
 from runner.evaluator.core.errors import InputError
@@ -37,7 +31,7 @@ from runner.evaluator.protocol import specload
 from runner.evaluator.protocol.identities import Identities, compute
 from runner.evaluator.protocol.matrix import ResolvedMatrix, resolve
 from runner.evaluator.protocol.runfile import RunProtocol, subject_roles
-from runner.evaluator.protocol.spec import LocatedError, Spec
+from runner.evaluator.protocol.spec import Spec
 from runner.evaluator.protocol.witness import WitnessContract, load_contracts
 
 
@@ -50,75 +44,15 @@ def read_spec_bytes(path: Path) -> bytes:
 
 
 def parse_spec(data: bytes, path: Path) -> Spec:
-    """`specload.load_spec` on bytes already read: the same checks and the same located errors
-    (tests/runtime/test_prepared.py holds the two equal on every spec of the error and fuzz
-    corpora). `path` names the file in errors and anchors its relative task paths.
-
-    The evaluator has no such entry yet (`load_spec` reads the file itself) and may not be
-    edited outside an amendment: this is load_spec's body after its read, built from specload's
-    own pieces. When the evaluator gains `parse_spec(text, path)`, this becomes a call to it."""
+    """`specload.load_spec` on bytes already read: decoded, then the evaluator's `parse_spec`
+    (the same checks and located errors). `path` names the file in errors and anchors its
+    relative task paths."""
     name = str(path)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"cannot read spec: not UTF-8 text (byte {exc.start})", file=name) from exc
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        m = specload._TOML_LINE.search(str(exc))
-        raise InputError(
-            f"malformed TOML: {exc}", file=name, line=int(m.group(1)) if m else None
-        ) from exc
-    except RecursionError as exc:  # tomllib recurses per nesting level (~500 levels)
-        raise InputError(f"malformed TOML: nested more than {MAX_DEPTH} levels", file=name) from exc
-    deep = specload._too_deep(raw)
-    if deep is not None:
-        raise InputError(
-            f"nested more than {MAX_DEPTH} levels deep",
-            file=name,
-            key=specload._keypath(deep) or None,
-            line=specload._locate_line(text, deep[:8]),
-        )
-    try:
-        canonical_bytes(specload._plain(raw))
-    except CanonicalError as exc:
-        loc = specload._pointer_loc(raw, exc.path)
-        msg = str(exc).split(": ", 1)[-1]
-        if "has no JSON representation" in msg:
-            msg += "; expected a string, number, boolean, array or table (quote dates and times)"
-        raise InputError(
-            msg,
-            file=name,
-            key=specload._keypath(loc) or None,
-            line=specload._locate_line(text, loc),
-        ) from exc
-    try:
-        spec = Spec.model_validate(raw)
-    except ValidationError as exc:
-        errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
-        err = errors[0]
-        loc = tuple(err["loc"])
-        ctx_err = (err.get("ctx") or {}).get("error")
-        if isinstance(ctx_err, LocatedError):
-            loc = ctx_err.loc
-            msg = str(ctx_err)
-        else:
-            msg = specload._describe(err, loc)
-        more = "".join(
-            f"; also at `{specload._keypath(tuple(e['loc']))}`: "
-            f"{specload._describe(e, tuple(e['loc']))}"
-            for e in errors[1:3]
-        )
-        if len(errors) > 3:
-            more += f" (and {len(errors) - 3} more problems)"
-        raise InputError(
-            msg + more,
-            file=name,
-            key=specload._keypath(loc) or None,
-            line=specload._locate_line(text, loc),
-        ) from exc
-    specload._check_paths(spec, path, text)
-    return spec
+    return specload.parse_spec(text, path)
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,7 @@ def parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def no_attempts(monkeypatch: pytest.MonkeyPatch) -> list[MatrixRun]:
     """`run_matrix` records the run it was handed instead of running attempts (no root)."""
     import runner.orchestrate as orchestrate
-    from runner.runtime.host import sweep
+    from runner.runtime import sweep
 
     handed: list[MatrixRun] = []
 

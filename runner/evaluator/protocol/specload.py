@@ -194,6 +194,13 @@ def load_spec(path: Path) -> Spec:
         text = read_text_bounded(path, SPEC_CAP)
     except InputError as exc:
         raise InputError(f"cannot read spec: {exc.message}", file=name) from exc
+    return parse_spec(text, path)
+
+
+def parse_spec(text: str, path: Path) -> Spec:
+    """`load_spec` on a spec's text already read (bounded) by the caller: the same checks and
+    located errors. `path` names the file in errors and anchors its relative paths."""
+    name = str(path)
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
