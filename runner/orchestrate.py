@@ -142,8 +142,8 @@ def run_spec(
     The spec file is read once (runner/runtime/prepared.py): the bytes recorded in
     protocol.json, the spec parsed from them, its identities and freeze state all come from
     that one read, whether the run is created or resumed."""
-    from runner.runtime.cellselect import parse_only
     from runner.runtime import sweep
+    from runner.runtime.cellselect import parse_only
     from runner.runtime.host import naming
 
     o = options
