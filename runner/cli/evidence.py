@@ -185,8 +185,8 @@ def registry_init(
     key_dir: KeyDir = None,
 ) -> None:
     """Create an empty registry and sign its head (an existing file is never touched)."""
-    from runner.trust.keys import load_signer
-    from runner.trust.sign import sign_head
+    from runner.signing.keys import load_signer
+    from runner.signing.sign import sign_head
 
     signer = load_signer(key_dir)
     if registry.exists():

@@ -12,7 +12,7 @@ from rich.markup import escape
 from runner.cli.app import EXIT_INCOMPLETE, app, err, guarded, out
 from runner.cli.options import KeyDir
 from runner.evaluator.core.inputs import evaluator_digest, project_root
-from runner.trust import keys as signing
+from runner.signing import keys as signing
 
 keys_app = typer.Typer(help="The runner's signing key (ed25519).", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
@@ -52,7 +52,7 @@ def keys_sign(
     history, as `bench reproduce --evaluator-from-history`) reproduces it."""
     from runner.cli.reading import read_run
     from runner.evaluator.publish.results import judging_evaluator
-    from runner.trust.sign import key_outside, sign_results
+    from runner.signing.sign import key_outside, sign_results
 
     read_run(run_dir)  # the entry of every reading command: nothing hostile is signed or copied
     key_outside(run_dir, signing.key_dir(directory))

@@ -15,7 +15,7 @@ from runner.evaluator.core.inputs import project_root
 from runner.evaluator.protocol import freeze as freezing
 from runner.evaluator.publish.registry import Registry
 from runner.evaluator.trust.keys import TRUSTED_ENV
-from runner.trust import keys as signing
+from runner.signing import keys as signing
 
 KeyDir = Annotated[
     Path | None,
@@ -111,7 +111,7 @@ def open_registry(
     keys = trusted_keys(trusted_dir)
     sealer = None
     if write:
-        from runner.trust.sign import sign_head
+        from runner.signing.sign import sign_head
 
         signer = signing.load_signer(key_dir)
 
@@ -131,8 +131,8 @@ def anchor(trusted_dir: Path | None = None) -> freezing.Anchor:
 
 def sealer(key_dir: Path | None = None) -> freezing.Sealer:
     """Loads the signing key now: a freeze or amendment without it is refused before writing."""
-    from runner.trust.keys import load_signer
-    from runner.trust.sign import sign_head
+    from runner.signing.keys import load_signer
+    from runner.signing.sign import sign_head
 
     signer = load_signer(key_dir)
 

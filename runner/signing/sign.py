@@ -127,7 +127,7 @@ def key_outside(run_dir: Path, key_directory: Path) -> None:
 def sign_if_keyed(run_dir: Path, log: Callable[[str], object] = print) -> bool:
     """Sign an evaluated run when a signing key is configured (`bench keys init`), and say
     either way. The one call `bench run` / `bench evaluate` make after writing the results."""
-    from runner.trust.keys import has_key, key_dir, load_signer
+    from runner.signing.keys import has_key, key_dir, load_signer
 
     where = key_dir()
     if not has_key(where):
