@@ -1,6 +1,6 @@
-"""Every user action is a `bench` command (issue 24): the subject digests and the identity
-vectors have commands, and no document tells anyone to run `python -m runner...` or a script
-with `sys.path` tricks."""
+"""Every user action is a `bench` command (issue 24): the subject digests and the known-answer
+vectors have commands, and no document tells anyone to run `python -m runner...`,
+`python -m tests...`, a Python one-liner or a script with `sys.path` tricks."""
 
 from __future__ import annotations
 
@@ -55,30 +55,105 @@ def test_vectors_regenerate_check_is_clean() -> None:
     res = cli.invoke(app, ["vectors", "regenerate", "--check"])
     assert res.exit_code == 0, res.output
     assert "unchanged vectors/identity/example.json" in res.output
+    assert "unchanged vectors/environment/cases.json" in res.output
+    assert "unchanged vectors/environment/env-a.json" in res.output
 
 
-def test_vectors_regenerate_check_names_a_change_and_writes_nothing(
+LATER = "2025-01-02T00:00:00.000000Z"
+
+
+def _stored() -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in (ROOT / "vectors").glob("*/*.json")}
+
+
+def test_vectors_regenerate_check_names_an_identity_change_and_writes_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import runner.vectors as vectors
+    import runner.vectors.identity as identity
 
-    real = vectors.identity_vector
-    monkeypatch.setattr(vectors, "identity_vector", lambda p, r: {**real(p, r), "cells": -1})
-    before = {p: p.read_bytes() for p in (ROOT / "vectors" / "identity").glob("*.json")}
+    real = identity.identity_vector
+    monkeypatch.setattr(identity, "identity_vector", lambda p, r: {**real(p, r), "cells": -1})
+    before = _stored()
     res = cli.invoke(app, ["vectors", "regenerate", "--check"])
     assert res.exit_code == 3 and "would change vectors/identity/small.json" in res.output
-    assert {p: p.read_bytes() for p in before} == before
+    assert "would change vectors/environment" not in res.output
+    assert _stored() == before
+
+
+def test_vectors_regenerate_check_names_an_environment_change_and_writes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import runner.vectors.environment as environment
+
+    real = environment.obs  # a later measurement time: every artifact and its hash moves
+    monkeypatch.setattr(environment, "obs", lambda *a, **k: real(*a, **k, at=LATER))
+    before = _stored()
+    res = cli.invoke(app, ["vectors", "regenerate", "--check"])
+    assert res.exit_code == 3, res.output
+    assert "would change vectors/environment/env-a.json" in res.output
+    assert "would change vectors/environment/cases.json" in res.output
+    assert "would change vectors/identity" not in res.output
+    assert _stored() == before
+
+
+def test_vectors_regenerate_writes_what_check_names(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Without --check the changed files are written (into a copy of the vector folders)."""
+    import shutil
+
+    import runner.vectors.environment as environment
+    from runner.vectors import regenerate
+
+    for family in ("identity", "environment"):
+        shutil.copytree(ROOT / "vectors" / family, tmp_path / "vectors" / family)
+    shutil.copytree(ROOT / "specs", tmp_path / "specs")  # example.toml and its tasks
+    real = environment.obs
+    monkeypatch.setattr(environment, "obs", lambda *a, **k: real(*a, **k, at=LATER))
+    changed = regenerate(tmp_path, write=True)
+    assert changed[tmp_path / "vectors" / "environment" / "env-a.json"]
+    assert not changed[tmp_path / "vectors" / "identity" / "small.json"]
+    assert not any(regenerate(tmp_path, write=False).values())  # written: now current
+    assert b"2025-01-02" in (tmp_path / "vectors" / "environment" / "env-a.json").read_bytes()
 
 
 DOCS = [ROOT / "README.md", ROOT / "scripts" / "setup.sh", *sorted((ROOT / "docs").glob("*.md"))]
-DOCS += [p for p in [ROOT / "CONTRIBUTING.md"] if p.exists()]
+DOCS += [p for p in [ROOT / "CONTRIBUTING.md", ROOT / "keys" / "README.md"] if p.exists()]
+DOCS += sorted((ROOT / "subjects").glob("*/README.md"))
+
+
+# A side door: a module of the runner or of the tests run as a program, a Python one-liner, a
+# test-folder script. The benchmarks of tests/perf/ are measurement tools, not user actions.
+SIDE_DOORS = (
+    r"python[0-9.]* -m (runner|tests)\.",
+    r"python[0-9.]* -c ",
+    r"python[0-9.]* (\./)?tests/(?!perf/)",
+    r"import tree_digest",
+    r"regenerate\.py",
+    r"vectors_gen",
+)
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
 def test_no_document_sends_anyone_through_a_side_door(doc: Path) -> None:
     text = doc.read_text()
-    assert not re.search(r"python3? -m runner\.", text), f"{doc.name}: use a bench command"
-    assert "import tree_digest" not in text and "regenerate.py" not in text
+    for door in SIDE_DOORS:
+        found = re.search(door, text)
+        assert found is None, f"{doc.name}: {found.group(0)!r}: use a bench command"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "run `python -m runner.runtime.subjectenv build`",
+        "uv run python3 -m tests.environment.vectors_gen",
+        ".venv/bin/python -c 'from x import tree_digest'",
+        "python tests/environment/gen.py",
+    ],
+)
+def test_a_planted_side_door_is_found(line: str) -> None:
+    assert any(re.search(door, line) for door in SIDE_DOORS), line
+    assert not any(re.search(d, "bench vectors regenerate --check") for d in SIDE_DOORS)
 
 
 def test_every_command_group_is_listed_in_bench_help() -> None:
