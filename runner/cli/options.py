@@ -77,14 +77,6 @@ def need_run_dir(path: Path) -> None:
         raise InputError("not a run directory (no protocol.json)", file=str(path))
 
 
-def signature_problem(bundle: Path, trusted_dir: Path | None) -> str | None:
-    """Why the bundle's signatures do not hold, against the trusted keys (None: they hold)."""
-    from runner.evaluator.trust.keys import trusted_keys
-    from runner.evaluator.trust.run import signature_problem as problem
-
-    return problem(bundle, trusted_keys(trusted_dir))
-
-
 def registry_path(given: Path | None) -> Path:
     """The registry file: the one given, else the repository's (not the working directory's).
     A missing registry is an error, never an empty one."""

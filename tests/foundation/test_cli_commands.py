@@ -207,3 +207,53 @@ def test_subjects_digest_reads_the_tree_bounded(tmp_path: Path, kind: str) -> No
     res = cli.invoke(app, ["subjects", "digest", str(bad.parent)])
     assert res.exit_code == 2 and "weights.bin" in res.output, res.output
     assert time.monotonic() - started < 5
+
+
+def _commands() -> dict[str, set[str]]:
+    """Every top-level command -> its subcommands (empty for a plain command)."""
+    import typer.main
+
+    root = typer.main.get_command(app)
+    groups = getattr(root, "commands", None)
+    assert isinstance(groups, dict) and groups
+    return {name: set(getattr(cmd, "commands", {})) for name, cmd in groups.items()}
+
+
+def _said(text: str) -> set[tuple[str, str | None]]:
+    """`bench CMD [SUB]` as written in code: inline spans and fenced blocks."""
+    code = re.findall(r"`([^`\n]+)`", text)
+    code += re.findall(r"^```[a-z]*\n(.*?)^```", text, flags=re.M | re.S)
+    said = set()
+    for chunk in code:
+        for m in re.finditer(r"(?:^|[\s/(])bench ([a-z][a-z-]*)(?: ([a-z][a-z-]*))?", chunk):
+            said.add((m.group(1), m.group(2)))
+    return said
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_bench_command_a_document_names_exists(doc: Path) -> None:
+    """A document never tells anyone to run a command `bench --help` does not list."""
+    commands = _commands()
+    for cmd, sub in _said(doc.read_text()):
+        assert cmd in commands, f"{doc.name}: `bench {cmd}` is no command"
+        if commands[cmd] and sub is not None:
+            assert sub in commands[cmd], f"{doc.name}: `bench {cmd} {sub}` is no command"
+
+
+def test_readme_lists_every_command() -> None:
+    """`bench --help` and README's command table list the same actions: every command and
+    subcommand has a row (`bench registry list\\|add` names two)."""
+    rows = [ln for ln in (ROOT / "README.md").read_text().splitlines() if ln.startswith("| `bench")]
+    text = "\n".join(rows).replace("\\|", " ")
+    for cmd, subs in _commands().items():
+        assert re.search(rf"`bench {cmd}\b", text), f"bench {cmd}"
+        for sub in subs:
+            assert re.search(rf"bench {cmd} [^|]*\b{sub}\b", text), f"bench {cmd} {sub}"
+
+
+def test_a_command_no_one_has_is_caught() -> None:
+    said = _said("run `bench publish RUN` then\n```sh\n.venv/bin/bench keys rotate\n```\n")
+    assert said == {("publish", None), ("keys", "rotate")}
+    commands = _commands()
+    assert "publish" not in commands and "rotate" not in commands["keys"]
+    assert "sign" in commands["keys"] and commands["verify"] == set()
