@@ -1,10 +1,12 @@
-"""`bench plan`: a spec resolved into what a run of it would be, before anything runs: its cells
-per stratum, every identity, the freeze state (the log held against its signed head) and the
-preregistered power of every planned paired comparison. The CLI only displays it."""
+"""`bench plan | freeze | amend`: a spec resolved into what a run of it would be, before anything
+runs: its cells per stratum, every identity, the freeze state (the log held against its signed
+head) and the preregistered power of every planned paired comparison; its freeze and amendment
+records. The CLI only displays them."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,3 +79,30 @@ def planned_powers(s: Spec, m: ResolvedMatrix) -> dict[str, Any]:
         "comparisons": rows if n > 1 else [],
         "below_80_percent": sorted(r["stratum"] for r in rows if r["power"] < 0.8) if n > 1 else [],
     }
+
+
+def _identities(spec_path: Path) -> Identities:
+    return compute(load_spec(spec_path), spec_path)
+
+
+def freeze(
+    spec_path: Path,
+    reason: str,
+    anchor: Callable[[], freezing.Anchor],
+    sealer: Callable[[], freezing.Sealer],
+) -> freezing.FreezeRecord:
+    """`bench freeze`: a freeze record binding the spec's protocol_hash (no-op if frozen). The
+    anchor and sealer are made after the spec is read (a bad spec is named before a missing key)."""
+    ids = _identities(spec_path)
+    return freezing.freeze(spec_path, ids, reason, anchor=anchor(), sealer=sealer())
+
+
+def amend(
+    spec_path: Path,
+    reason: str,
+    anchor: Callable[[], freezing.Anchor],
+    sealer: Callable[[], freezing.Sealer],
+) -> freezing.FreezeRecord:
+    """`bench amend`: the new protocol_hash with its parent and the reason."""
+    ids = _identities(spec_path)
+    return freezing.amend(spec_path, ids, reason, anchor=anchor(), sealer=sealer())

@@ -21,8 +21,6 @@ from runner.evaluator.core.canonical import (
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.inputs import project_root
 from runner.evaluator.protocol import freeze as freezing
-from runner.evaluator.protocol.identities import compute
-from runner.evaluator.protocol.specload import load_spec
 from runner.evaluator.schemas import write_schemas
 
 SpecArg = Annotated[Path, typer.Argument(help="a spec file (TOML)")]
@@ -130,11 +128,10 @@ def freeze(
     spec: SpecArg, reason: Annotated[str, typer.Option(help="why")] = "initial freeze"
 ) -> None:
     """Write a freeze record binding the spec's protocol_hash (no-op if already frozen)."""
-    s = load_spec(spec)
-    ids = compute(s, spec)
     from runner.cli.options import anchor, sealer
+    from runner.planning import freeze as freeze_spec
 
-    rec = freezing.freeze(spec, ids, reason, anchor=anchor(), sealer=sealer())
+    rec = freeze_spec(spec, reason, anchor, sealer)
     out.print(f"frozen {rec.protocol_hash} in {freezing.log_path(spec)}")
 
 
@@ -144,11 +141,10 @@ def amend(
     spec: SpecArg, reason: Annotated[str, typer.Option(help="why the protocol changed")]
 ) -> None:
     """Record an amendment: the new protocol_hash with its parent and the reason."""
-    s = load_spec(spec)
-    ids = compute(s, spec)
     from runner.cli.options import anchor, sealer
+    from runner.planning import amend as amend_spec
 
-    rec = freezing.amend(spec, ids, reason, anchor=anchor(), sealer=sealer())
+    rec = amend_spec(spec, reason, anchor, sealer)
     out.print(f"amended {rec.parent_protocol_hash} -> {rec.protocol_hash}")
 
 

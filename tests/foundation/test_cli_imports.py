@@ -82,6 +82,7 @@ LIBRARY_ONLY = (
     "runner.evaluator.publish.compare",  # runner/comparison.py
     "runner.evaluator.trust.bundle",  # runner/verification.py
     "runner.evaluator.protocol.matrix",  # runner/planning.py
+    "runner.evaluator.protocol.identities",  # runner/planning.py
 )
 
 
