@@ -83,6 +83,9 @@ LIBRARY_ONLY = (
     "runner.evaluator.trust.bundle",  # runner/verification.py
     "runner.evaluator.protocol.matrix",  # runner/planning.py
     "runner.evaluator.protocol.identities",  # runner/planning.py
+    "runner.evaluator.protocol.specload",  # runner/planning.py, runner/envcheck.py
+    "runner.evaluator.environment.conformance",  # runner/envcheck.py
+    "runner.runtime.envcollect",  # runner/envcheck.py
 )
 
 
