@@ -11,14 +11,7 @@ import typer
 from rich.table import Table
 
 from runner.cli.app import app, guarded, out
-from runner.evaluator.core.bounded import JSON_INPUT_CAP, read_bounded
-from runner.evaluator.core.canonical import (
-    CanonicalError,
-    canonical_bytes,
-    parse_json,
-    sha256_digest,
-)
-from runner.evaluator.core.errors import InputError
+from runner.evaluator.core.canonical import sha256_digest
 from runner.evaluator.core.inputs import project_root
 from runner.evaluator.protocol import freeze as freezing
 from runner.evaluator.schemas import write_schemas
@@ -26,27 +19,13 @@ from runner.evaluator.schemas import write_schemas
 SpecArg = Annotated[Path, typer.Argument(help="a spec file (TOML)")]
 
 
-def _read_json(path: Path) -> object:
-    data = read_bounded(path, JSON_INPUT_CAP)  # a regular file, size-capped, never blocks
-    try:
-        return parse_json(data)
-    except ValueError as exc:  # includes invalid UTF-8 and nesting deeper than the limit
-        raise InputError(f"not valid JSON: {exc}", file=str(path)) from exc
-
-
-def _canonical_file(path: Path) -> bytes:
-    value = _read_json(path)
-    try:
-        return canonical_bytes(value)
-    except CanonicalError as exc:
-        raise InputError(f"cannot canonicalize: {exc}", file=str(path)) from exc
-
-
 @app.command()
 @guarded
 def canonicalize(file: Annotated[Path, typer.Argument(help="a JSON file")]) -> None:
     """Print the RFC 8785 canonical bytes of a JSON file."""
-    sys.stdout.buffer.write(_canonical_file(file))
+    from runner.jsonfile import canonical_file
+
+    sys.stdout.buffer.write(canonical_file(file))
     sys.stdout.buffer.flush()
 
 
@@ -54,7 +33,9 @@ def canonicalize(file: Annotated[Path, typer.Argument(help="a JSON file")]) -> N
 @guarded
 def digest_cmd(file: Annotated[Path, typer.Argument(help="a JSON file")]) -> None:
     """Print the sha256 digest of a JSON file's canonical bytes."""
-    out.print(sha256_digest(_canonical_file(file)))
+    from runner.jsonfile import canonical_file
+
+    out.print(sha256_digest(canonical_file(file)))
 
 
 STATUS_TEXT = {
