@@ -27,7 +27,7 @@ from pathlib import Path
 
 from runner.evaluator.core.canonical import parse_json
 from runner.evaluator.core.errors import InputError
-from runner.evaluator.core.inputs import DECLARATION, ROOT_ENV, evaluator_digest
+from runner.evaluator.core.inputs import DECLARATION, ROOT_ENV, evaluator_digest, project_root
 
 
 def _git(repo: Path, *args: str) -> bytes:
@@ -210,11 +210,14 @@ def unsigned_copy(bundle: Path, into: Path) -> Path:
     return copy
 
 
-def reproduce_with_own_evaluator(repo: Path, bundle: Path, digest: str) -> HistoricRun:
+def reproduce_with_own_evaluator(repo: Path | None, bundle: Path, digest: str) -> HistoricRun:
     """`bench reproduce` of the bundle by the evaluator whose inputs hash to `digest` (its own),
     on an unsigned copy: the signatures are this checkout's to check, against its trusted keys
     (an older evaluator may predate the key that signed the bundle). What `bench reproduce
-    --evaluator-from-history` and `bench keys sign` of an older bundle both run."""
+    --evaluator-from-history` and `bench keys sign` of an older bundle both run. `repo`: the
+    repository whose history is searched (None: the one holding this checkout)."""
+    if repo is None:
+        repo = repository(project_root())
     with tempfile.TemporaryDirectory(prefix="afb-reproduce-") as tmp:
         copy = unsigned_copy(bundle.resolve(), Path(tmp))
         return run_historic_bench(

@@ -28,7 +28,7 @@ from runner.evaluator.publish.results import SubjectResult, evaluate_into
 from runner.runtime.executor import MatrixRun
 from runner.runtime.prepared import SpecSource, prepare
 from runner.runtime.workload import Workload
-from runner.trust.sign import sign_if_keyed
+from runner.signing.sign import sign_if_keyed
 
 if TYPE_CHECKING:
     from runner.evaluator.protocol.matrix import Cell
@@ -92,7 +92,7 @@ def evaluate_and_write(run_dir: Path, log: Log = _quiet) -> dict[str, SubjectRes
     """
     require_layout(run_dir)  # nothing unexpected (a FIFO journal would block the reader)
     _, results = evaluate_into(run_dir, evaluator_digest())
-    sign_if_keyed(run_dir, log)  # runner/trust/sign.py: signatures/, when a key is configured
+    sign_if_keyed(run_dir, log)  # runner/signing/sign.py: signatures/, when a key is configured
     from runner.report import write_junit, write_report
 
     for view in (write_report, write_junit):

@@ -4,7 +4,7 @@
 directory) and a trusted-keys directory holding only its public key. `TestKey.env()` is what a
 test sets (`AFB_KEY_DIR`, `AFB_TRUSTED_KEYS`) so the CLI signs with it and trusts it; the
 repository's keys/trusted/ is then not consulted. `sign(run_dir)` signs an evaluated run
-(runner/trust/sign.py), as `bench run` / `bench evaluate` do when a key is configured.
+(runner/signing/sign.py), as `bench run` / `bench evaluate` do when a key is configured.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 from securesystemslib.signer import CryptoSigner
 
 from runner.evaluator.trust.keys import TRUSTED_ENV
-from runner.trust.keys import KEY_DIR_ENV, PUBLIC, init_keys, load_signer
-from runner.trust.sign import sign_results
+from runner.signing.keys import KEY_DIR_ENV, PUBLIC, init_keys, load_signer
+from runner.signing.sign import sign_results
 
 
 @dataclass(frozen=True)

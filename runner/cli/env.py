@@ -4,25 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 from rich.table import Table
 
 from runner.cli.app import EXIT_REFUSED, app, guarded, out
-from runner.evaluator.core.bounded import JSON_INPUT_CAP, read_bounded
-from runner.evaluator.core.canonical import parse_json
-from runner.evaluator.core.errors import InputError
-from runner.evaluator.environment.artifact import (
-    EnvironmentPolicy,
-    ExecutionEnvironment,
-    load_default_policy,
-    load_environment,
-    policy_of,
-)
-from runner.evaluator.environment.conformance import check_environments
-from runner.evaluator.protocol.specload import load_spec
 
 env_app = typer.Typer(
     name="env",
@@ -37,41 +24,6 @@ SpecOpt = Annotated[
         "--spec", help="take the factors and sources from this spec (default policy: none)"
     ),
 ]
-
-
-def _policy(spec: Path | None) -> EnvironmentPolicy:
-    if spec is None:
-        return load_default_policy()
-    s = load_spec(spec)
-    return policy_of(s.factors, s.sources)
-
-
-def _spec_image(spec: Path) -> str | None:
-    """The tag of the spec's sandbox image (derived from its declared inputs; not built here)."""
-    from runner.evaluator.core.inputs import project_root
-    from runner.imagebuild.builder import image_tag
-
-    name = load_spec(spec).grader.image
-    return None if name is None else image_tag(project_root() / "images" / name)
-
-
-def _load_artifact(path: Path) -> ExecutionEnvironment:
-    try:
-        data = read_bounded(path, JSON_INPUT_CAP)
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", file=str(path)) from exc
-    try:
-        obj = parse_json(data)
-    except ValueError as exc:
-        raise InputError(f"not valid JSON: {exc}", file=str(path)) from exc
-    try:
-        return load_environment(obj)
-    except ValidationError as exc:
-        e = exc.errors()[0]
-        where = ".".join(str(p) for p in e["loc"]) or None
-        raise InputError(
-            f"not an execution-environment artifact: {e['msg']}", file=str(path), key=where
-        ) from exc
 
 
 def _say(text: str) -> None:
@@ -103,11 +55,9 @@ def observe_cmd(
     ] = None,
 ) -> None:
     """Observe this machine's controlled factors and print the execution-environment artifact."""
-    from runner.runtime.envcollect import observe
+    from runner.envcheck import observe
 
-    if image is None and spec is not None:
-        image = _spec_image(spec)
-    env = observe(_policy(spec), http_base=http_base, image=image)
+    env = observe(spec, http_base=http_base, image=image)
     doc = env.to_json()
     if output is not None:
         output.write_text(_dump(doc) + "\n", encoding="utf-8")
@@ -142,16 +92,9 @@ def check_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="print the proof as JSON")] = False,
 ) -> None:
     """Check artifacts under the policy: exit 0 when they conform, 4 when refused (with reasons)."""
-    if purpose not in ("cross_subject", "overhead_pair"):
-        raise InputError(
-            f"--purpose must be cross_subject or overhead_pair (got {purpose!r})", key="purpose"
-        )
-    chosen: Literal["cross_subject", "overhead_pair"] = (
-        "overhead_pair" if purpose == "overhead_pair" else "cross_subject"
-    )
-    policy = _policy(spec)
-    envs = [_load_artifact(p) for p in artifacts]
-    proof = check_environments(envs, policy.factors, policy.sources, purpose=chosen)
+    from runner.envcheck import check
+
+    proof = check(artifacts, spec, purpose)
     if json_out:
         print(_dump(proof.to_json()))
     else:

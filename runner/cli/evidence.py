@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -20,14 +19,7 @@ from runner.cli.options import (
     TrustedOpt,
     need_run_dir,
     open_registry,
-    signature_problem,
 )
-from runner.evaluator.core.canonical import canonical_bytes
-from runner.evaluator.core.errors import InputError
-from runner.evaluator.core.inputs import evaluator_digest
-from runner.evaluator.publish.compare import compare as compare_results
-from runner.evaluator.publish.compare import comparison_md
-from runner.evaluator.publish.results import verify as verify_run
 
 
 @app.command()
@@ -61,27 +53,22 @@ def verify(
     need_run_dir(run_dir)
     from runner.cli.reading import read_run
     from runner.evaluator.core.errors import EvidenceError
+    from runner.verification import verify as verify_run
 
     try:
         read_run(run_dir)  # the one entry of every reading command, before any signature
     except EvidenceError as exc:  # nothing past a refused layout is read, signatures neither
         err.print(f"[bold red]verify failed:[/] {escape(str(exc))}")
         raise typer.Exit(EXIT_INCOMPLETE) from None
-    problems = verify_run(run_dir, evaluator_digest())
-    if not problems:  # the views are rendered from verified results only
-        from runner.report.check import view_problems
-
-        problems = view_problems(run_dir)
-    if allow_unsigned:
+    v = verify_run(run_dir, trusted_keys, allow_unsigned=allow_unsigned)
+    if not v.signature_checked:
         err.print("signature: not checked (--allow-unsigned): a local run, not a publication")
-    elif not problems and unsigned_run(run_dir):
+    elif v.never_signed:
         say_unsigned(run_dir)
         raise typer.Exit(EXIT_INCOMPLETE)
-    elif (unsigned := signature_problem(run_dir, trusted_keys)) is not None:
-        problems.append(f"signature: {unsigned}")  # after the evidence's own first mismatch
-    if problems:
-        err.print(f"[bold red]verify failed:[/] {problems[0]}")
-        for p in problems[1:10]:
+    if v.problems:
+        err.print(f"[bold red]verify failed:[/] {v.problems[0]}")
+        for p in v.problems[1:10]:
             err.print(f"  also: {p}")
         raise typer.Exit(EXIT_INCOMPLETE)
     signed = "" if allow_unsigned else ", signed by a trusted key"
@@ -89,14 +76,6 @@ def verify(
         f"verified {run_dir}: journals, blobs, protocol and results all re-derive, "
         f"report.html and junit.xml (where present) re-render byte for byte{signed}"
     )
-
-
-def unsigned_run(run_dir: Path) -> bool:
-    """A run that was never signed (no run envelope at all), as opposed to a signature that is
-    wrong: the first is a local run's normal state, and is told how to sign."""
-    from runner.evaluator.trust.run import RUN_ENVELOPE
-
-    return not os.path.lexists(run_dir / RUN_ENVELOPE)
 
 
 def say_unsigned(run_dir: Path) -> None:
@@ -128,23 +107,18 @@ def compare(
     """Compare publishable scorecards, each inside its signed bundle and re-derived from its
     evidence (gated); refuse with reasons and write nothing otherwise."""
     from runner.cli.reading import read_card_bundles
-    from runner.evaluator.trust.bundle import ScorecardCheck
-    from runner.evaluator.trust.keys import trusted_keys as load_trusted
+    from runner.comparison import compare as compare_results
 
     read_card_bundles(results)  # each bundle's layout and sizes first (exit 3 naming it)
-    reg = open_registry(registry, trusted_keys)
-    check = ScorecardCheck(load_trusted(trusted_keys), evaluator_digest(),
-                           require_signature=not allow_unsigned)  # fmt: skip
-    comparison, reasons = compare_results(results, reg.retired, check)
+    reg = open_registry(registry, trusted_keys)  # its signed head checked
+    comparison, reasons = compare_results(
+        results, out_dir, reg, trusted_keys, allow_unsigned=allow_unsigned
+    )
     if comparison is None:
         err.print("[bold red]comparison refused[/] (no comparison artifact written):")
         for r in reasons:
             err.print(f"  - {r}", markup=False)
         raise typer.Exit(EXIT_REFUSED)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    data = comparison.model_dump(mode="json", by_alias=True)
-    (out_dir / "comparison.json").write_bytes(canonical_bytes(data) + b"\n")
-    (out_dir / "comparison.md").write_text(comparison_md(comparison))
     out.print(f"comparison {comparison.comparison_hash} written to {out_dir}")
     for pc in comparison.paired or []:  # the headline tests; details in comparison.md
         for t in (t for t in pc.tests if t.stratum == "all"):
@@ -183,16 +157,9 @@ def registry_init(
     key_dir: KeyDir = None,
 ) -> None:
     """Create an empty registry and sign its head (an existing file is never touched)."""
-    from runner.trust.keys import load_signer
-    from runner.trust.sign import sign_head
+    from runner.signing.sign import init_registry
 
-    signer = load_signer(key_dir)
-    if registry.exists():
-        raise InputError("already exists; a registry is never recreated", file=str(registry))
-    registry.parent.mkdir(parents=True, exist_ok=True)
-    with registry.open("xb"):
-        pass
-    head = sign_head(registry, signer)
+    head = init_registry(registry, key_dir)
     out.print(f"created {registry} (empty) and its signed head {head}")
 
 
@@ -219,13 +186,11 @@ def registry_add(
     """Register a publishable scorecard: only inside its bundle, signed by a trusted key and
     re-derived from the bundle's evidence (incomplete evidence is refused)."""
     from runner.cli.reading import read_card_bundles
-    from runner.evaluator.trust.bundle import ScorecardCheck
-    from runner.evaluator.trust.keys import trusted_keys as load_trusted
+    from runner.verification import scorecard_check
 
     read_card_bundles([scorecard])  # the bundle's layout and sizes first (exit 3 naming it)
     reg = open_registry(registry, trusted_keys, write=True, key_dir=key_dir)
-    check = ScorecardCheck(load_trusted(trusted_keys), evaluator_digest())
-    e = reg.add(scorecard, derived_from, check)
+    e = reg.add(scorecard, derived_from, scorecard_check(trusted_keys))
     out.print(f"published {e.scorecard_hash}")
 
 

@@ -1,6 +1,6 @@
 """The freeze log's signed head from the CLI: the anchor `plan`, `freeze`, `amend` and `run`
 check a spec's freeze log against (evaluator/trust/head.py `freeze_anchor`), the sealer `freeze`
-and `amend` re-sign it with after every append (runner/trust/sign.py, one digest per record), and
+and `amend` re-sign it with after every append (runner/signing/sign.py, one digest per record), and
 `bench freeze-seal SPEC`, which signs the head of a log frozen before heads existed."""
 
 from __future__ import annotations

@@ -11,8 +11,7 @@ from rich.markup import escape
 
 from runner.cli.app import EXIT_INCOMPLETE, app, err, guarded, out
 from runner.cli.options import KeyDir
-from runner.evaluator.core.inputs import evaluator_digest, project_root
-from runner.trust import keys as signing
+from runner.signing import keys as signing
 
 keys_app = typer.Typer(help="The runner's signing key (ed25519).", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
@@ -51,34 +50,13 @@ def keys_sign(
     this evaluator, or, for a bundle judged by another one, once that evaluator (found in git
     history, as `bench reproduce --evaluator-from-history`) reproduces it."""
     from runner.cli.reading import read_run
-    from runner.evaluator.publish.results import judging_evaluator
-    from runner.trust.sign import key_outside, sign_results
+    from runner.signing.run import sign_run
 
     read_run(run_dir)  # the entry of every reading command: nothing hostile is signed or copied
-    key_outside(run_dir, signing.key_dir(directory))
-    signer = signing.load_signer(directory)
-    theirs = judging_evaluator(run_dir)
-    problem = _verified(run_dir) if theirs == evaluator_digest() else _reproduced(run_dir, theirs)
-    if problem is not None:
-        err.print(f"[bold red]not signed[/]: {escape(problem)}")
+    signed = sign_run(run_dir, directory)
+    if signed.reproduced_by is not None:
+        out.print(f"reproduced by its own evaluator {signed.reproduced_by}")
+    if signed.problem is not None:
+        err.print(f"[bold red]not signed[/]: {escape(signed.problem)}")
         raise typer.Exit(EXIT_INCOMPLETE)
-    written = sign_results(run_dir, signer)
-    out.print(f"signed {run_dir} with key {signer.public_key.keyid[:16]}: {len(written)} files")
-
-
-def _verified(run_dir: Path) -> str | None:
-    from runner.evaluator.publish.results import verify
-
-    problems = verify(run_dir, evaluator_digest())
-    return f"the run does not verify: {problems[0]}" if problems else None
-
-
-def _reproduced(run_dir: Path, theirs: str) -> str | None:
-    from runner.history import repository, reproduce_with_own_evaluator, reproduced
-
-    ran = reproduce_with_own_evaluator(repository(project_root()), run_dir, theirs)
-    if reproduced(ran):
-        out.print(f"reproduced by its own evaluator {theirs} (commit {ran.found.commit[:12]})")
-        return None
-    last = (ran.stderr.strip().splitlines() or ran.stdout.strip().splitlines() or ["?"])[-1]
-    return f"its own evaluator {theirs} does not reproduce it (exit {ran.returncode}): {last}"
+    out.print(f"signed {run_dir} with key {signed.keyid[:16]}: {signed.files} files")

@@ -15,7 +15,7 @@ from runner.evaluator.core.inputs import project_root
 from runner.evaluator.protocol import freeze as freezing
 from runner.evaluator.publish.registry import Registry
 from runner.evaluator.trust.keys import TRUSTED_ENV
-from runner.trust import keys as signing
+from runner.signing import keys as signing
 
 KeyDir = Annotated[
     Path | None,
@@ -77,14 +77,6 @@ def need_run_dir(path: Path) -> None:
         raise InputError("not a run directory (no protocol.json)", file=str(path))
 
 
-def signature_problem(bundle: Path, trusted_dir: Path | None) -> str | None:
-    """Why the bundle's signatures do not hold, against the trusted keys (None: they hold)."""
-    from runner.evaluator.trust.keys import trusted_keys
-    from runner.evaluator.trust.run import signature_problem as problem
-
-    return problem(bundle, trusted_keys(trusted_dir))
-
-
 def registry_path(given: Path | None) -> Path:
     """The registry file: the one given, else the repository's (not the working directory's).
     A missing registry is an error, never an empty one."""
@@ -111,7 +103,7 @@ def open_registry(
     keys = trusted_keys(trusted_dir)
     sealer = None
     if write:
-        from runner.trust.sign import sign_head
+        from runner.signing.sign import sign_head
 
         signer = signing.load_signer(key_dir)
 
@@ -131,8 +123,8 @@ def anchor(trusted_dir: Path | None = None) -> freezing.Anchor:
 
 def sealer(key_dir: Path | None = None) -> freezing.Sealer:
     """Loads the signing key now: a freeze or amendment without it is refused before writing."""
-    from runner.trust.keys import load_signer
-    from runner.trust.sign import sign_head
+    from runner.signing.keys import load_signer
+    from runner.signing.sign import sign_head
 
     signer = load_signer(key_dir)
 

@@ -34,7 +34,7 @@ def regrade(
     for subject, old in sorted(done.derived_from.items()):
         out.print(f"{subject}: derived from {old}")
     out.print(f"regraded results in {done.out_dir / 'results'}")
-    from runner.trust.sign import sign_if_keyed
+    from runner.signing.sign import sign_if_keyed
 
     sign_if_keyed(done.out_dir, out.print)
     if any(r.scorecard is None for r in done.results.values()):

@@ -5,17 +5,17 @@ bit for bit, with this checkout's evaluator or, when the bundle names another, w
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
 from runner.cli.app import EXIT_INCOMPLETE, EXIT_REFUSED, app, err, guarded, out
-from runner.cli.options import AllowUnsigned, Jobs, TrustedOpt, default_jobs, signature_problem
+from runner.cli.options import AllowUnsigned, Jobs, TrustedOpt, default_jobs
 from runner.evaluator.core.errors import InputError
-from runner.evaluator.core.inputs import evaluator_digest, project_root
-from runner.evaluator.publish.reproduce import reproduce as reproduce_bundle
-from runner.evaluator.publish.results import judging_evaluator
+
+if TYPE_CHECKING:
+    from runner.reproduction import Reproduction
 
 
 @app.command()
@@ -42,50 +42,39 @@ def reproduce(
     signed, and every published result re-derives byte for byte."""
     from runner.cli.reading import read_run
     from runner.evaluator.core.errors import EvidenceError
+    from runner.reproduction import reproduce as reproduce_bundle
 
     try:
         read_run(bundle)  # layout, sizes, references, protocol: before signatures
     except EvidenceError as exc:  # refused as verify refuses it: exit 3, one line
         err.print(f"[bold red]NOT REPRODUCED[/]: {escape(str(exc))}")
         raise typer.Exit(EXIT_INCOMPLETE) from None
-    unsigned = None if allow_unsigned else signature_problem(bundle, trusted_keys)
+    r = reproduce_bundle(bundle, trusted_keys, allow_unsigned=allow_unsigned,
+                         from_history=from_history and not rerun)  # fmt: skip
     if allow_unsigned:
         err.print("signature: not checked (--allow-unsigned): a local run, not a publication")
-    elif unsigned is None:
+    elif r.signature is None:
         out.print(
             "signature: every file is the one a trusted key signed (but the two derived "
             "views, which no signature covers: they are re-rendered below)"
         )
-    theirs, ours = judging_evaluator(bundle), evaluator_digest()
-    if theirs != ours:
-        _other_evaluator(bundle, theirs, ours, from_history, rerun, unsigned, allow_unsigned)
+    if not r.same_evaluator:
+        _other_evaluator(bundle, r, from_history, rerun, allow_unsigned)
         return
-    out.print(f"evaluator: the bundle's ({theirs}) is this checkout's")
-    problems = reproduce_bundle(bundle, evaluator_digest())
-    if not problems:  # the views are rendered from reproduced results only
-        from runner.report.check import VIEWS, view_problems
-
-        problems = view_problems(bundle)
-    if unsigned is not None:
-        problems.insert(0, f"signature: {unsigned}")
-    if problems:
-        err.print(f"[bold red]NOT REPRODUCED[/]: {escape(problems[0])}")
-        for p in problems[1:10]:
+    out.print(f"evaluator: the bundle's ({r.theirs}) is this checkout's")
+    if r.problems:
+        err.print(f"[bold red]NOT REPRODUCED[/]: {escape(r.problems[0])}")
+        for p in r.problems[1:10]:
             err.print(f"  also: {escape(p)}")
         raise typer.Exit(EXIT_INCOMPLETE)
-    from runner.evaluator.evidence.layout import scan_layout
-    from runner.evaluator.publish.results import DERIVED_VIEWS
-
-    listed = scan_layout(bundle).results  # lstat only, like every read above
-    n = sum(1 for rel in listed if rel not in DERIVED_VIEWS)
-    views = [v for v in VIEWS if f"results/{v}" in listed]
     out.print(
         "checked: the bundle's layout (every entry expected, each file's type and size), every "
         "journal chain and record order, every blob address, protocol.json"
         + ("" if allow_unsigned else ", the signatures of the run and of every scorecard")
     )
+    views = r.views
     out.print(
-        f"REPRODUCED {bundle}: {n} result files re-derive byte for byte"
+        f"REPRODUCED {bundle}: {r.result_files} result files re-derive byte for byte"
         + (f"; {' and '.join(views)} re-render byte for byte" if views else "; no derived view")
     )
     if not rerun:
@@ -111,16 +100,11 @@ def reproduce(
 
 
 def _other_evaluator(
-    bundle: Path,
-    theirs: str,
-    ours: str,
-    from_history: bool,
-    rerun: bool,
-    unsigned: str | None,
-    allow_unsigned: bool = False,
+    bundle: Path, r: Reproduction, from_history: bool, rerun: bool, allow_unsigned: bool
 ) -> None:
+    theirs, unsigned = r.theirs, r.signature
     err.print(
-        f"evaluator: the bundle was made by evaluator {theirs}; this checkout's is {ours}. "
+        f"evaluator: the bundle was made by evaluator {theirs}; this checkout's is {r.ours}. "
         "This evaluator cannot re-derive it byte for byte."
     )
     if not from_history:
@@ -133,10 +117,10 @@ def _other_evaluator(
         raise typer.Exit(EXIT_INCOMPLETE)
     if rerun:
         raise InputError("--rerun needs the bundle's own evaluator checked out", key="--rerun")
-    from runner.history import repository, reproduce_with_own_evaluator, reproduced
-
-    # signatures are checked here, against this checkout's trusted keys
-    ran = reproduce_with_own_evaluator(repository(project_root()), bundle, theirs)
+    if r.historic_error is not None:
+        raise r.historic_error
+    ran = r.historic
+    assert ran is not None
     out.print(
         f"evaluator: commit {ran.found.commit[:12]} has evaluator inputs hashing to {theirs}; "
         "running its `bench reproduce` from a temporary export"
@@ -148,7 +132,7 @@ def _other_evaluator(
     if unsigned is not None:
         err.print(f"[bold red]NOT REPRODUCED[/]: signature: {escape(unsigned)}")
         raise typer.Exit(EXIT_INCOMPLETE)
-    if not reproduced(ran):
+    if not r.historic_reproduced:
         err.print(
             f"[bold red]NOT REPRODUCED[/] by evaluator {theirs} (commit {ran.found.commit[:12]}, "
             f"exit {ran.returncode})"

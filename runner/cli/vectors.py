@@ -1,5 +1,6 @@
-"""`bench vectors regenerate [--check]`: the identity known-answer vectors (runner/vectors.py).
-Replaces `python vectors/identity/regenerate.py`."""
+"""`bench vectors regenerate [--check]`: every known-answer vector family the code writes, identity
+and environment (runner/vectors/). Replaces `python vectors/identity/regenerate.py` and
+`python -m tests.environment.vectors_gen`."""
 
 from __future__ import annotations
 
@@ -21,12 +22,13 @@ def regenerate(
     ] = False,
 ) -> None:
     """Recompute vectors/identity/*.json (a fixed evaluator digest: they move only with the spec
-    language, a hashing rule, a witness contract or a task file; say why in the commit)."""
+    language, a hashing rule, a witness contract or a task file) and vectors/environment/*.json
+    (artifacts and conformance cases under its spec.toml); say why in the commit."""
     from runner.evaluator.core.inputs import project_root
-    from runner.vectors import regenerate_identity
+    from runner.vectors import regenerate as regenerate_vectors
 
     root = project_root()
-    changed = regenerate_identity(root, write=not check)
+    changed = regenerate_vectors(root, write=not check)
     for path, differs in changed.items():
         rel = path.relative_to(root)
         if not differs:

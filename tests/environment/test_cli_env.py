@@ -10,7 +10,9 @@ from typer.testing import CliRunner
 
 import runner.cli.env  # noqa: F401  (registers `bench env`)
 from runner.cli.app import app
-from tests.environment.vectors_gen import SPEC, VECTORS
+from runner.vectors.environment import folder, spec_path
+
+SPEC, VECTORS = spec_path(), folder()
 
 runner_ = CliRunner()
 

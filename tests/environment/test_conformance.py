@@ -16,8 +16,11 @@ from runner.evaluator.environment.conformance import (
     check_pair,
     check_run,
 )
-from tests.environment import vectors_gen
-from tests.environment.vectors_gen import POLICY, VECTORS, render
+from runner.vectors import environment as env_vectors
+from runner.vectors.environment import render
+
+VECTORS = env_vectors.folder()
+POLICY = env_vectors.policy()
 
 CASES = json.loads((VECTORS / "cases.json").read_text(encoding="utf-8"))
 
@@ -28,11 +31,9 @@ def _load(name: str) -> ExecutionEnvironment:
 
 def test_vectors_are_current() -> None:
     """The stored fixtures are exactly what the generator builds (hashes are known answers)."""
-    for name, doc in vectors_gen.build().items():
+    for name, doc in env_vectors.build().items():
         stored = (VECTORS / name).read_text(encoding="utf-8")
-        assert stored == render(doc), (
-            f"{name} is stale: run python -m tests.environment.vectors_gen"
-        )
+        assert stored == render(doc), f"{name} is stale: run bench vectors regenerate"
 
 
 def test_execution_environment_hash_known_answers() -> None:

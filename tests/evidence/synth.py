@@ -316,7 +316,7 @@ def evaluated_run(
     r.fill("b", b if callable(b) else lambda i, s: b)
     _, _, files = derive(r.run_dir, evaluator or evaluator_digest())
     write_results(r.run_dir, files)
-    from runner.trust.sign import sign_if_keyed
+    from runner.signing.sign import sign_if_keyed
 
     sign_if_keyed(r.run_dir, lambda _: None)  # as `bench evaluate` does (the session's test key)
     return r.run_dir

@@ -1,6 +1,6 @@
-"""Every user action is a `bench` command (issue 24): the subject digests and the identity
-vectors have commands, and no document tells anyone to run `python -m runner...` or a script
-with `sys.path` tricks."""
+"""Every user action is a `bench` command (issue 24): the subject digests and the known-answer
+vectors have commands, and no document tells anyone to run `python -m runner...`,
+`python -m tests...`, a Python one-liner or a script with `sys.path` tricks."""
 
 from __future__ import annotations
 
@@ -55,30 +55,91 @@ def test_vectors_regenerate_check_is_clean() -> None:
     res = cli.invoke(app, ["vectors", "regenerate", "--check"])
     assert res.exit_code == 0, res.output
     assert "unchanged vectors/identity/example.json" in res.output
+    assert "unchanged vectors/environment/cases.json" in res.output
+    assert "unchanged vectors/environment/env-a.json" in res.output
 
 
-def test_vectors_regenerate_check_names_a_change_and_writes_nothing(
+LATER = "2025-01-02T00:00:00.000000Z"
+
+
+def _stored() -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in (ROOT / "vectors").glob("*/*.json")}
+
+
+def test_vectors_regenerate_check_names_an_identity_change_and_writes_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import runner.vectors as vectors
+    import runner.vectors.identity as identity
 
-    real = vectors.identity_vector
-    monkeypatch.setattr(vectors, "identity_vector", lambda p, r: {**real(p, r), "cells": -1})
-    before = {p: p.read_bytes() for p in (ROOT / "vectors" / "identity").glob("*.json")}
+    real = identity.identity_vector
+    monkeypatch.setattr(identity, "identity_vector", lambda p, r: {**real(p, r), "cells": -1})
+    before = _stored()
     res = cli.invoke(app, ["vectors", "regenerate", "--check"])
     assert res.exit_code == 3 and "would change vectors/identity/small.json" in res.output
-    assert {p: p.read_bytes() for p in before} == before
+    assert "would change vectors/environment" not in res.output
+    assert _stored() == before
+
+
+def test_vectors_regenerate_check_names_an_environment_change_and_writes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import runner.vectors.environment as environment
+
+    real = environment.obs  # a later measurement time: every artifact and its hash moves
+    monkeypatch.setattr(environment, "obs", lambda *a, **k: real(*a, **k, at=LATER))
+    before = _stored()
+    res = cli.invoke(app, ["vectors", "regenerate", "--check"])
+    assert res.exit_code == 3, res.output
+    assert "would change vectors/environment/env-a.json" in res.output
+    assert "would change vectors/environment/cases.json" in res.output
+    assert "would change vectors/identity" not in res.output
+    assert _stored() == before
+
+
+def test_vectors_regenerate_writes_what_check_names(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Without --check the changed files are written (into a copy of the vector folders)."""
+    import shutil
+
+    import runner.vectors.environment as environment
+    from runner.vectors import regenerate
+
+    for family in ("identity", "environment"):
+        shutil.copytree(ROOT / "vectors" / family, tmp_path / "vectors" / family)
+    shutil.copytree(ROOT / "specs", tmp_path / "specs")  # example.toml and its tasks
+    real = environment.obs
+    monkeypatch.setattr(environment, "obs", lambda *a, **k: real(*a, **k, at=LATER))
+    changed = regenerate(tmp_path, write=True)
+    assert changed[tmp_path / "vectors" / "environment" / "env-a.json"]
+    assert not changed[tmp_path / "vectors" / "identity" / "small.json"]
+    assert not any(regenerate(tmp_path, write=False).values())  # written: now current
+    assert b"2025-01-02" in (tmp_path / "vectors" / "environment" / "env-a.json").read_bytes()
 
 
 DOCS = [ROOT / "README.md", ROOT / "scripts" / "setup.sh", *sorted((ROOT / "docs").glob("*.md"))]
-DOCS += [p for p in [ROOT / "CONTRIBUTING.md"] if p.exists()]
+DOCS += [p for p in [ROOT / "CONTRIBUTING.md", ROOT / "keys" / "README.md"] if p.exists()]
+DOCS += sorted((ROOT / "subjects").glob("*/README.md"))
+
+
+# A side door: a module of the runner or of the tests run as a program, a Python one-liner, a
+# test-folder script. The benchmarks of tests/perf/ are measurement tools, not user actions.
+SIDE_DOORS = (
+    r"python[0-9.]* -m (runner|tests)\.",
+    r"python[0-9.]* -c ",
+    r"python[0-9.]* (\./)?tests/(?!perf/)",
+    r"import tree_digest",
+    r"regenerate\.py",
+    r"vectors_gen",
+)
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
 def test_no_document_sends_anyone_through_a_side_door(doc: Path) -> None:
     text = doc.read_text()
-    assert not re.search(r"python3? -m runner\.", text), f"{doc.name}: use a bench command"
-    assert "import tree_digest" not in text and "regenerate.py" not in text
+    for door in SIDE_DOORS:
+        found = re.search(door, text)
+        assert found is None, f"{doc.name}: {found.group(0)!r}: use a bench command"
     assert "make_cassettes.py" not in text, f"{doc.name}: use `bench tasks cassettes --scripted`"
 
 
@@ -100,6 +161,20 @@ def test_scripted_cassettes_command_writes_the_committed_bytes(tmp_path: Path) -
     assert set(printed) == {str(tmp_path / f) for f in ("cassettes", "control-cassettes")}
     for folder, digest in printed.items():
         assert digest == tree_digest(committed / Path(folder).name)  # a spec's model.digest
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "run `python -m runner.runtime.subjectenv build`",
+        "uv run python3 -m tests.environment.vectors_gen",
+        ".venv/bin/python -c 'from x import tree_digest'",
+        "python tests/environment/gen.py",
+    ],
+)
+def test_a_planted_side_door_is_found(line: str) -> None:
+    assert any(re.search(door, line) for door in SIDE_DOORS), line
+    assert not any(re.search(d, "bench vectors regenerate --check") for d in SIDE_DOORS)
 
 
 def test_every_command_group_is_listed_in_bench_help() -> None:
@@ -153,3 +228,53 @@ def test_subjects_digest_reads_the_tree_bounded(tmp_path: Path, kind: str) -> No
     res = cli.invoke(app, ["subjects", "digest", str(bad.parent)])
     assert res.exit_code == 2 and "weights.bin" in res.output, res.output
     assert time.monotonic() - started < 5
+
+
+def _commands() -> dict[str, set[str]]:
+    """Every top-level command -> its subcommands (empty for a plain command)."""
+    import typer.main
+
+    root = typer.main.get_command(app)
+    groups = getattr(root, "commands", None)
+    assert isinstance(groups, dict) and groups
+    return {name: set(getattr(cmd, "commands", {})) for name, cmd in groups.items()}
+
+
+def _said(text: str) -> set[tuple[str, str | None]]:
+    """`bench CMD [SUB]` as written in code: inline spans and fenced blocks."""
+    code = re.findall(r"`([^`\n]+)`", text)
+    code += re.findall(r"^```[a-z]*\n(.*?)^```", text, flags=re.M | re.S)
+    said = set()
+    for chunk in code:
+        for m in re.finditer(r"(?:^|[\s/(])bench ([a-z][a-z-]*)(?: ([a-z][a-z-]*))?", chunk):
+            said.add((m.group(1), m.group(2)))
+    return said
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_bench_command_a_document_names_exists(doc: Path) -> None:
+    """A document never tells anyone to run a command `bench --help` does not list."""
+    commands = _commands()
+    for cmd, sub in _said(doc.read_text()):
+        assert cmd in commands, f"{doc.name}: `bench {cmd}` is no command"
+        if commands[cmd] and sub is not None:
+            assert sub in commands[cmd], f"{doc.name}: `bench {cmd} {sub}` is no command"
+
+
+def test_readme_lists_every_command() -> None:
+    """`bench --help` and README's command table list the same actions: every command and
+    subcommand has a row (`bench registry list\\|add` names two)."""
+    rows = [ln for ln in (ROOT / "README.md").read_text().splitlines() if ln.startswith("| `bench")]
+    text = "\n".join(rows).replace("\\|", " ")
+    for cmd, subs in _commands().items():
+        assert re.search(rf"`bench {cmd}\b", text), f"bench {cmd}"
+        for sub in subs:
+            assert re.search(rf"bench {cmd} [^|]*\b{sub}\b", text), f"bench {cmd} {sub}"
+
+
+def test_a_command_no_one_has_is_caught() -> None:
+    said = _said("run `bench publish RUN` then\n```sh\n.venv/bin/bench keys rotate\n```\n")
+    assert said == {("publish", None), ("keys", "rotate")}
+    commands = _commands()
+    assert "publish" not in commands and "rotate" not in commands["keys"]
+    assert "sign" in commands["keys"] and commands["verify"] == set()

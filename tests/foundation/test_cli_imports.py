@@ -71,3 +71,35 @@ def test_a_planted_cycle_is_found(tmp_path: Path) -> None:
 def test_the_former_circle_is_cut(name: str) -> None:
     deps = graph(CLI)[f"runner.cli.{name}"]
     assert deps <= SHARED, deps
+
+
+# The logic a command's library call holds: a command module imports none of it (lazily neither);
+# the shared reading entry (reading.py) may locate a scorecard's bundle
+LIBRARY_ONLY = (
+    "runner.history",  # runner/reproduction.py, runner/signing/run.py
+    "runner.evaluator.publish.reproduce",  # runner/reproduction.py
+    "runner.evaluator.publish.stats",  # runner/planning.py
+    "runner.evaluator.publish.compare",  # runner/comparison.py
+    "runner.evaluator.trust.bundle",  # runner/verification.py
+    "runner.evaluator.protocol.matrix",  # runner/planning.py
+    "runner.evaluator.protocol.identities",  # runner/planning.py
+    "runner.evaluator.protocol.specload",  # runner/planning.py, runner/envcheck.py
+    "runner.evaluator.environment.conformance",  # runner/envcheck.py
+    "runner.runtime.envcollect",  # runner/envcheck.py
+)
+
+
+COMMANDS = [p for p in sorted(CLI.glob("*.py")) if module_name(p) not in SHARED]
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda p: p.name)
+def test_command_modules_leave_the_logic_to_the_library(path: Path) -> None:
+    found = sorted({n for n in imports_of(path) if n.startswith(LIBRARY_ONLY)})
+    assert not found, f"{path.name} imports {found}: call the library that holds it"
+
+
+def test_a_command_module_holding_logic_is_found(tmp_path: Path) -> None:
+    pkg = tmp_path / "runner" / "cli"
+    pkg.mkdir(parents=True)
+    (pkg / "bad.py").write_text("def f():\n    from runner.history import repository\n")
+    assert any(n.startswith(LIBRARY_ONLY) for n in imports_of(pkg / "bad.py", tmp_path))

@@ -26,6 +26,7 @@ ABOVE_RUNTIME = (
     "runner.history",
     "runner.report",
     "runner.scale",
+    "runner.signing",  # the private key: nothing that judges or does may reach it
 )
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "runner.evaluator": (
@@ -38,7 +39,13 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "runner.runtime": (*ABOVE_RUNTIME, "runner.benchmarks", "runner.imagebuild"),
     "runner.benchmarks": ABOVE_RUNTIME,
     "runner.imagebuild": (*ABOVE_RUNTIME, "runner.runtime", "runner.benchmarks"),
-    "runner.report": ("runner.cli", "runner.orchestrate", "runner.runtime", "runner.benchmarks"),
+    "runner.report": (
+        "runner.cli",
+        "runner.orchestrate",
+        "runner.runtime",
+        "runner.benchmarks",
+        "runner.signing",
+    ),
     "runner.subjects": ("runner.",),  # stdlib only: subjects run outside the runner's venv
     "runner.benchmarks.swe_lite.subjects": ("runner.",),  # the oracles: stdlib only, likewise
 }

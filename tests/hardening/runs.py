@@ -45,7 +45,7 @@ def evaluated(run_dir: Path, b: Outcome = lambda i, s: "completed", **kw: object
     r.fill("b", b)
     _, _, files = derive(run_dir, evaluator_digest())
     write_results(run_dir, files)
-    from runner.trust.sign import sign_if_keyed
+    from runner.signing.sign import sign_if_keyed
 
     sign_if_keyed(run_dir, lambda _: None)  # as `bench evaluate` does (the session's test key)
     return r

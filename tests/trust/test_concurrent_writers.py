@@ -28,7 +28,7 @@ ROUNDS = 3
 
 
 def _anchored(path: Path, key: TestKey) -> Registry:
-    from runner.trust.sign import sign_head
+    from runner.signing.sign import sign_head
 
     keys = trusted_keys(key.trusted_dir)
     signer = key.signer()
@@ -60,7 +60,7 @@ def _pool() -> mp.pool.Pool:
 def test_racing_registry_writers(
     make_run: Callable[..., Path], tmp_path: Path, key: TestKey
 ) -> None:
-    from runner.trust.sign import sign_head
+    from runner.signing.sign import sign_head
 
     run = make_run()
     cards = [str(run / f"results/{s}/scorecard.json") for s in ("a", "b")]

@@ -140,7 +140,7 @@ def test_a_head_signed_by_an_untrusted_key_is_refused(tmp_path: Path) -> None:
     other = TestKey.create(tmp_path / "other")
     res = bench("freeze", spec)
     assert res.exit_code == 0
-    from runner.trust.sign import sign_head
+    from runner.signing.sign import sign_head
 
     sign_head(freezing.log_path(spec), other.signer(), per_line=True)
     res = bench("plan", spec)

@@ -28,7 +28,7 @@ from runner.evaluator.trust.head import check_head
 from runner.evaluator.trust.keys import trusted_keys
 from runner.evaluator.trust.run import RUN_ENVELOPE, check_run, check_scorecard, signature_problem
 from runner.evaluator.trust.window import KeyWindow, SignedTime, refusal, window_of
-from runner.trust.sign import envelope, sign_head, sign_results
+from runner.signing.sign import envelope, sign_head, sign_results
 from tests.keys import TestKey
 
 cli = CliRunner()

@@ -27,8 +27,8 @@ from runner.evaluator.core.inputs import evaluator_digest
 from runner.evaluator.trust.envelope import TrustError
 from runner.evaluator.trust.keys import trusted_keys
 from runner.evaluator.trust.run import MANIFEST, RUN_ENVELOPE, check_run, check_scorecard, manifest
-from runner.trust.keys import PRIVATE, PUBLIC, init_keys, load_signer
-from runner.trust.sign import key_outside
+from runner.signing.keys import PRIVATE, PUBLIC, init_keys, load_signer
+from runner.signing.sign import key_outside
 from tests.keys import TestKey
 
 EVAL = evaluator_digest()
@@ -86,7 +86,7 @@ def test_the_key_directory_is_never_inside_the_run(tmp_path: Path) -> None:
 
 
 def test_the_default_key_directory_is_root_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    from runner.trust.keys import DEFAULT_KEY_DIR, KEY_DIR_ENV, key_dir
+    from runner.signing.keys import DEFAULT_KEY_DIR, KEY_DIR_ENV, key_dir
 
     monkeypatch.delenv(KEY_DIR_ENV, raising=False)
     assert key_dir() == DEFAULT_KEY_DIR == Path("/etc/afb/keys")

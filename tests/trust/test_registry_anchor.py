@@ -96,7 +96,7 @@ def test_a_missing_head_is_an_error_until_sealed(registry: Path) -> None:
 
 
 def test_a_head_signed_by_another_key_is_refused(registry: Path, other_key: TestKey) -> None:
-    from runner.trust.sign import sign_head
+    from runner.signing.sign import sign_head
 
     sign_head(registry, other_key.signer())
     code, output = _list(registry)

@@ -1,5 +1,6 @@
-"""Builds the known-answer vectors in vectors/environment/ (run: `uv run python -m
-tests.environment.vectors_gen`); test_vectors checks the stored files equal a rebuild.
+"""Environment vectors (vectors/environment/*.json), written by `bench vectors regenerate`;
+tests/environment/test_conformance.py checks the stored files equal a rebuild and holds the
+conformance proof to every case.
 
 Every artifact is built from explicit observations (fixed times, fixed values) under the policy of
 vectors/environment/spec.toml; `cases.json` lists each check and its expected decision.
@@ -7,11 +8,14 @@ vectors/environment/spec.toml; `cases.json` lists each check and its expected de
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
 
+from runner.evaluator.core.inputs import project_root
 from runner.evaluator.environment.artifact import (
+    EnvironmentPolicy,
     ExecutionEnvironment,
     FactorObservation,
     ShapeRecord,
@@ -22,29 +26,50 @@ from runner.evaluator.environment.normalize import normalize
 from runner.evaluator.protocol.spec import SourceContract
 from runner.evaluator.protocol.specload import load_spec
 
-ROOT = Path(__file__).resolve().parents[2]
-VECTORS = ROOT / "vectors" / "environment"
-SPEC = VECTORS / "spec.toml"
 T0 = "2025-01-01T00:00:00.000000Z"
 
-_spec = load_spec(SPEC)
-POLICY = policy_of(_spec.factors, _spec.sources)
 
-# The karma-vs-followers relabeling: the same source id, endpoint, parser and normalizer, but the
-# field path reads karma. Individually plausible, the read succeeds; only the content hash differs.
-KARMA = POLICY.source("people-followers").model_copy(update={"field_path": "$.karma"})
-# Host capacity vs allocation: both give a plausible logical-CPU count, from different sources.
-AFFINITY = SourceContract(
-    id="sched-affinity",
-    provider="python",
-    endpoint="os.sched_getaffinity",
-    parser="int@1",
-    normalizer="identity@1",
-    shape=POLICY.source("os-cpu-count").shape,
-)
+def folder(root: Path | None = None) -> Path:
+    return (root or project_root()) / "vectors" / "environment"
+
+
+def spec_path(root: Path | None = None) -> Path:
+    """The spec whose [[factors]] and [[sources]] are the vectors' policy."""
+    return folder(root) / "spec.toml"
+
+
+@functools.cache
+def _policy(spec: Path) -> EnvironmentPolicy:
+    s = load_spec(spec)
+    return policy_of(s.factors, s.sources)
+
+
+def policy(root: Path | None = None) -> EnvironmentPolicy:
+    return _policy(spec_path(root))
+
+
+def karma(pol: EnvironmentPolicy) -> SourceContract:
+    """The karma-vs-followers relabeling: the same source id, endpoint, parser and normalizer, but
+    the field path reads karma. Individually plausible, the read succeeds; only the content hash
+    differs."""
+    return pol.source("people-followers").model_copy(update={"field_path": "$.karma"})
+
+
+def affinity(pol: EnvironmentPolicy) -> SourceContract:
+    """Host capacity vs allocation: both give a plausible logical-CPU count, from different
+    sources."""
+    return SourceContract(
+        id="sched-affinity",
+        provider="python",
+        endpoint="os.sched_getaffinity",
+        parser="int@1",
+        normalizer="identity@1",
+        shape=pol.source("os-cpu-count").shape,
+    )
 
 
 def obs(
+    pol: EnvironmentPolicy,
     factor_id: str,
     raw: Any,
     *,
@@ -53,8 +78,8 @@ def obs(
     shape_reasons: tuple[str, ...] = (),
     at: str = T0,
 ) -> FactorObservation:
-    factor = next(f for f in POLICY.factors if f.id == factor_id)
-    contract = source or POLICY.source(factor.source)
+    factor = next(f for f in pol.factors if f.id == factor_id)
+    contract = source or pol.source(factor.source)
     ok = not shape_reasons
     if normalized is ...:
         normalized = normalize(contract.normalizer, raw) if ok else None
@@ -71,31 +96,36 @@ def obs(
     )
 
 
-def env(*observations: FactorObservation, at: str = T0) -> ExecutionEnvironment:
-    return ExecutionEnvironment.build(at, POLICY.controlled_factors_hash(), observations)
+def env(
+    pol: EnvironmentPolicy, *observations: FactorObservation, at: str = T0
+) -> ExecutionEnvironment:
+    return ExecutionEnvironment.build(at, pol.controlled_factors_hash(), observations)
 
 
-def baseline(**over: FactorObservation | None) -> ExecutionEnvironment:
-    base: dict[str, FactorObservation | None] = {
-        "logical_cpus": obs("logical_cpus", 8),
-        "followers": obs("followers", 1449),
-        "kernel_series": obs("kernel_series", "6.6.30-generic"),
-        "calibration_seconds": obs("calibration_seconds", 0.5),
-    }
-    base.update(over)
-    return env(*(o for o in base.values() if o is not None))
+def artifacts(pol: EnvironmentPolicy) -> dict[str, ExecutionEnvironment]:
+    def o(factor_id: str, raw: Any, **kw: Any) -> FactorObservation:
+        return obs(pol, factor_id, raw, **kw)
 
+    def baseline(**over: FactorObservation | None) -> ExecutionEnvironment:
+        base: dict[str, FactorObservation | None] = {
+            "logical_cpus": o("logical_cpus", 8),
+            "followers": o("followers", 1449),
+            "kernel_series": o("kernel_series", "6.6.30-generic"),
+            "calibration_seconds": o("calibration_seconds", 0.5),
+        }
+        base.update(over)
+        return env(pol, *(v for v in base.values() if v is not None))
 
-def artifacts() -> dict[str, ExecutionEnvironment]:
+    relabeled, allocated = karma(pol), affinity(pol)
     a = baseline()
-    tampered = baseline(logical_cpus=obs("logical_cpus", 8))
+    tampered = baseline(logical_cpus=o("logical_cpus", 8))
     tampered_doc = tampered.model_copy(
         update={
             "observations": tuple(
-                o.model_copy(update={"raw_value": 16, "normalized_value": 16})
-                if o.factor_id == "logical_cpus"
-                else o
-                for o in tampered.observations
+                x.model_copy(update={"raw_value": 16, "normalized_value": 16})
+                if x.factor_id == "logical_cpus"
+                else x
+                for x in tampered.observations
             )
         }
     )
@@ -103,27 +133,27 @@ def artifacts() -> dict[str, ExecutionEnvironment]:
         "env-a": a,
         # Positive control: same contracts, values inside every tolerance (also overhead-pair).
         "env-b-within": baseline(
-            followers=obs("followers", 1500),
-            kernel_series=obs("kernel_series", "6.6.58-generic"),
-            calibration_seconds=obs("calibration_seconds", 0.55),
+            followers=o("followers", 1500),
+            kernel_series=o("kernel_series", "6.6.58-generic"),
+            calibration_seconds=o("calibration_seconds", 0.55),
         ),
         # Source identity mismatch, values inside tolerance / equal: only the source can indict.
         "env-c-karma-plausible": baseline(
-            followers=obs("followers", 1500, source=KARMA),
-            logical_cpus=obs("logical_cpus", 8, source=AFFINITY),
+            followers=o("followers", 1500, source=relabeled),
+            logical_cpus=o("logical_cpus", 8, source=allocated),
         ),
         # The thread's real row: 299,087 karma read as followers (true count 1,449).
-        "env-c-karma-real": baseline(followers=obs("followers", 299087, source=KARMA)),
-        "env-d-outside": baseline(calibration_seconds=obs("calibration_seconds", 1.2)),
+        "env-c-karma-real": baseline(followers=o("followers", 299087, source=relabeled)),
+        "env-d-outside": baseline(calibration_seconds=o("calibration_seconds", 1.2)),
         "env-e-missing": baseline(logical_cpus=None),
-        "env-f-legacy-kernel": baseline(kernel_series=obs("kernel_series", "5.15.0-105-generic")),
-        "env-f-unclassified-kernel": baseline(kernel_series=obs("kernel_series", "4.19.0")),
-        "env-g-overhead": baseline(calibration_seconds=obs("calibration_seconds", 0.65)),
+        "env-f-legacy-kernel": baseline(kernel_series=o("kernel_series", "5.15.0-105-generic")),
+        "env-f-unclassified-kernel": baseline(kernel_series=o("kernel_series", "4.19.0")),
+        "env-g-overhead": baseline(calibration_seconds=o("calibration_seconds", 0.65)),
         "env-h-shape-failed": baseline(
-            followers=obs("followers", None, shape_reasons=("body_not_parseable",))
+            followers=o("followers", None, shape_reasons=("body_not_parseable",))
         ),
         "env-i-normalized-wrong": baseline(
-            kernel_series=obs("kernel_series", "6.6.30-generic", normalized="6.1")
+            kernel_series=o("kernel_series", "6.6.30-generic", normalized="6.1")
         ),
         "env-j-tampered": tampered_doc,
     }
@@ -269,14 +299,15 @@ def cases() -> list[dict[str, Any]]:
     ]
 
 
-def build() -> dict[str, Any]:
-    docs: dict[str, Any] = {f"{k}.json": v.to_json() for k, v in artifacts().items()}
+def build(root: Path | None = None) -> dict[str, Any]:
+    """vectors/environment/: file name -> document."""
+    pol = policy(root)
+    made = artifacts(pol)
+    docs: dict[str, Any] = {f"{k}.json": v.to_json() for k, v in made.items()}
     docs["cases.json"] = {
         "comment": "Known-answer cases for EnvironmentConformanceProof under spec.toml's policy.",
-        "controlled_factors_hash": POLICY.controlled_factors_hash(),
-        "execution_environment_hashes": {
-            k: v.execution_environment_hash for k, v in artifacts().items()
-        },
+        "controlled_factors_hash": pol.controlled_factors_hash(),
+        "execution_environment_hashes": {k: v.execution_environment_hash for k, v in made.items()},
         "cases": cases(),
     }
     return docs
@@ -286,10 +317,6 @@ def render(doc: Any) -> str:
     return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def main() -> None:
-    for name, doc in build().items():
-        (VECTORS / name).write_text(render(doc), encoding="utf-8")
-
-
-if __name__ == "__main__":
-    main()
+def files(root: Path) -> dict[str, str]:
+    """vectors/environment/: file name -> text (spec.toml is the input, not written)."""
+    return {name: render(doc) for name, doc in build(root).items()}

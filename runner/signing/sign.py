@@ -127,7 +127,7 @@ def key_outside(run_dir: Path, key_directory: Path) -> None:
 def sign_if_keyed(run_dir: Path, log: Callable[[str], object] = print) -> bool:
     """Sign an evaluated run when a signing key is configured (`bench keys init`), and say
     either way. The one call `bench run` / `bench evaluate` make after writing the results."""
-    from runner.trust.keys import has_key, key_dir, load_signer
+    from runner.signing.keys import has_key, key_dir, load_signer
 
     where = key_dir()
     if not has_key(where):
@@ -147,3 +147,17 @@ def sign_if_keyed(run_dir: Path, log: Callable[[str], object] = print) -> bool:
     sign_results(run_dir, signer)
     log(f"signed {run_dir / SIGNATURES} with key {signer.public_key.keyid[:16]}")
     return True
+
+
+def init_registry(registry: Path, key_dir: Path | None = None) -> Path:
+    """`bench registry init`: an empty registry and its signed head (the key is loaded first: no
+    key, no file); an existing file is never touched. Returns the head's path."""
+    from runner.signing.keys import load_signer
+
+    signer = load_signer(key_dir)
+    if registry.exists():
+        raise InputError("already exists; a registry is never recreated", file=str(registry))
+    registry.parent.mkdir(parents=True, exist_ok=True)
+    with registry.open("xb"):
+        pass
+    return sign_head(registry, signer)
