@@ -5,11 +5,14 @@ interpreter packages, and what it ran with must be pinned by content. The projec
 (`subjects/<name>/`: pyproject.toml, uv.lock, the subject's glue sources) hashes to its
 `tree_digest` (runner/runtime/subjects/tree.py); the spec declares that digest (it enters
 `subject_config_hash`); the environment is built with `uv sync --frozen` (the lock is the only
-resolution) into `/var/lib/afb/subject-envs/<name>-<digest 16>/` with the system interpreter,
-world-readable so the unprivileged subject can run it. A folder is complete only when its marker
-(`afb-env.json`, written last) names the digest; anything else there is rebuilt. Building under a
-lock makes concurrent runs safe. `bench subjects build PROJECT...` builds (scripts/setup.sh calls
-it).
+resolution) into
+`/var/lib/afb/subject-envs/<name>-<digest 16>/` with the system interpreter, world-readable so the
+unprivileged subject can run it. A folder is complete only when its marker (`afb-env.json`, written
+last) names the digest; anything else there is rebuilt. Building under a lock makes concurrent
+runs safe; a complete environment is used without the lock, so a user who may not write the
+environments root (the no-root test loop) runs what root built, and one that is not built there
+is an InputError saying to build it as root. `bench subjects build PROJECT...` builds
+(scripts/setup.sh calls it).
 
 `sweep_environments` (`bench sweep`) removes what a crashed build left (a folder without its
 marker) and, with `stale=True` (`bench sweep --subject-envs`), every built environment whose
@@ -21,6 +24,7 @@ lock is held is never touched.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -85,11 +89,25 @@ def check_declared(env: UvEnvironment, root: Path | None = None) -> Path:
     return project
 
 
+class LockDenied(InputError):
+    """The build lock cannot be created: this user may not write the environments root."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"cannot take the build lock {path}: permission denied (run as root)")
+        self.path = path
+
+
 @contextlib.contextmanager
 def _locked(path: Path, *, wait: bool = True) -> Iterator[bool]:
     """Hold the build lock at `path`; without `wait`, yield False when another process has it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(path, "w")  # noqa: SIM115  # closed below, after the lock is released
+    except OSError as exc:
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise LockDenied(path) from None
+        raise
+    with fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
@@ -134,46 +152,63 @@ def ensure_built(
     project = check_declared(env, root)
     base = env_root or ENV_ROOT
     target = target_for(env, base)
-    with _locked(base / ".locks" / f"{target.name}.lock"):
-        done = built(env, base)
-        if done is not None:
-            return done
-        if target.exists():
-            shutil.rmtree(target)
-        target.mkdir(parents=True)
-        shutil.copytree(
-            project, target / "project", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+    # A complete environment (its marker is written last) is used as is, without the lock: a
+    # user who cannot write the environments root (not root) can still run what root built.
+    done = built(env, base)
+    if done is not None:
+        return done
+    try:
+        with _locked(base / ".locks" / f"{target.name}.lock"):
+            return _build(env, project, base, target)
+    except LockDenied as exc:
+        raise InputError(
+            f"subject environment {env.project!r} is not built ({target}) and this user cannot "
+            f"build it ({exc.path}: permission denied): build it once as root with "
+            f"`bench subjects build {env.project}` (scripts/setup.sh does)"
+        ) from None
+
+
+def _build(env: UvEnvironment, project: Path, base: Path, target: Path) -> BuiltEnvironment:
+    """The build itself, under the lock."""
+    done = built(env, base)  # another process may have built it while we waited
+    if done is not None:
+        return done
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    shutil.copytree(
+        project, target / "project", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+    )
+    cmd = [
+        uv_binary(), "sync", "--frozen", "--no-install-project", "--no-dev",
+        "--python", PYTHON, "--project", str(target / "project"),
+    ]  # fmt: skip
+    run_env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(target / "venv")}
+    run_env.pop("VIRTUAL_ENV", None)
+    r = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=1800)
+    if r.returncode != 0:
+        shutil.rmtree(target, ignore_errors=True)
+        raise InputError(
+            f"subject environment {env.project!r} failed to build (uv sync --frozen exited "
+            f"{r.returncode}): {r.stderr.strip()[-800:]}"
         )
-        cmd = [
-            uv_binary(), "sync", "--frozen", "--no-install-project", "--no-dev",
-            "--python", PYTHON, "--project", str(target / "project"),
-        ]  # fmt: skip
-        run_env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(target / "venv")}
-        run_env.pop("VIRTUAL_ENV", None)
-        r = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=1800)
-        if r.returncode != 0:
-            shutil.rmtree(target, ignore_errors=True)
-            raise InputError(
-                f"subject environment {env.project!r} failed to build (uv sync --frozen exited "
-                f"{r.returncode}): {r.stderr.strip()[-800:]}"
-            )
-        if tree_digest(target / "project") != env.digest:  # nothing changed under us
-            shutil.rmtree(target, ignore_errors=True)
-            raise InputError(f"subject environment {env.project!r} changed while building")
-        (target / MARKER).write_text(
-            json.dumps({"digest": env.digest, "project": env.project}, sort_keys=True) + "\n"
-        )
-        _public(target)
-        for dirpath, dirnames, filenames in os.walk(target):
-            for n in dirnames:
-                p = os.path.join(dirpath, n)
-                if not os.path.islink(p):
-                    os.chmod(p, os.stat(p).st_mode | 0o755)
-            for n in filenames:
-                p = os.path.join(dirpath, n)
-                if not os.path.islink(p):
-                    os.chmod(p, os.stat(p).st_mode | 0o444)
-        return BuiltEnvironment(target, env.digest)
+    if tree_digest(target / "project") != env.digest:  # nothing changed under us
+        shutil.rmtree(target, ignore_errors=True)
+        raise InputError(f"subject environment {env.project!r} changed while building")
+    (target / MARKER).write_text(
+        json.dumps({"digest": env.digest, "project": env.project}, sort_keys=True) + "\n"
+    )
+    _public(target)
+    for dirpath, dirnames, filenames in os.walk(target):
+        for n in dirnames:
+            p = os.path.join(dirpath, n)
+            if not os.path.islink(p):
+                os.chmod(p, os.stat(p).st_mode | 0o755)
+        for n in filenames:
+            p = os.path.join(dirpath, n)
+            if not os.path.islink(p):
+                os.chmod(p, os.stat(p).st_mode | 0o444)
+    return BuiltEnvironment(target, env.digest)
 
 
 _NAME = re.compile(r"^(?P<name>.+)-(?P<digest>[0-9a-f]{16})$")
