@@ -4,6 +4,7 @@ a socketserver on a daemon thread, with `address`, `start`, `stop` and context m
 from __future__ import annotations
 
 import socketserver
+import sys
 import threading
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
@@ -32,8 +33,18 @@ class ServedInThread(Generic[S]):
         addr: Any = self._server.server_address  # type: ignore[attr-defined]
         return str(addr[0]), int(addr[1])
 
+    def _handle_error(self, request: Any, client_address: Any) -> None:
+        # A handler's exception said in one line: e.g. a full disk while a call is journaled,
+        # an error the run itself reports (exit 2); a server thread's traceback would bury it.
+        exc = sys.exc_info()[1]
+        print(
+            f"{self.label}: a call from {client_address} failed: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
+
     def start(self) -> Self:
         self._server = server = self._make_server()
+        server.handle_error = self._handle_error  # type: ignore[method-assign]
         self._thread = threading.Thread(
             target=server.serve_forever, args=(0.05,), name=f"afb-{self.label}", daemon=True
         )
