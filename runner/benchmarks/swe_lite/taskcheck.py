@@ -13,6 +13,7 @@ lists every mistake of a set, and the command turns a non-empty list into exit 2
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -23,7 +24,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from runner.benchmarks.swe_lite.grade import Task, load_task, patch_files
+from runner.benchmarks.swe_lite.grade import Task, load_task
 from runner.imagebuild.sources import SourceSpec, extract_source, fetch_source, load_sources
 
 EASY_MAX_CHANGED = 12  # added + removed lines of gold.patch
@@ -63,20 +64,56 @@ class Provenance(BaseModel):
 # The bucket rule
 
 
-def _changed_lines(gold_patch_text: str) -> list[str]:
-    """Added and removed lines of a unified diff (the `+++` / `---` file headers excluded)."""
-    return [
-        line
-        for line in gold_patch_text.splitlines()
-        if line.startswith(("+", "-")) and not line.startswith(("+++ ", "--- "))
-    ]
+_HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+
+
+def _header_path(line: str) -> str | None:
+    path = line[4:].split("\t", 1)[0].strip()
+    if path == "/dev/null":
+        return None
+    return path.split("/", 1)[1] if "/" in path else path  # -p1
+
+
+def _diff_stats(patch_text: str) -> tuple[list[str], list[str]]:
+    """(files touched, added and removed lines) of a unified diff. Hunk line counts are
+    followed, so a removed line reading "-- x" is a change, not a `---` file header."""
+    files: list[str] = []
+    changed: list[str] = []
+    old = new = 0
+    minus: str | None = None
+    for line in patch_text.splitlines():
+        if old > 0 or new > 0:
+            if line.startswith("-"):
+                old -= 1
+                changed.append(line)
+            elif line.startswith("+"):
+                new -= 1
+                changed.append(line)
+            elif not line.startswith("\\"):  # "\ No newline at end of file"
+                old, new = old - 1, new - 1
+            continue
+        m = _HUNK.match(line)
+        if m:
+            old, new = (int(n) if n is not None else 1 for n in m.groups())
+        elif line.startswith("--- "):
+            minus = _header_path(line)
+        elif line.startswith("+++ "):
+            path = _header_path(line)
+            path = minus if path is None else path  # a deleted file: +++ /dev/null
+            if path is not None and path not in files:
+                files.append(path)
+    return files, changed
+
+
+def _changed_lines(patch_text: str) -> list[str]:
+    return _diff_stats(patch_text)[1]
 
 
 def bucket_for(gold_patch_text: str, fail_to_pass_count: int) -> Bucket:
     """easy iff the fix touches one file, changes at most 12 lines (added + removed) and is
     checked by at most 3 FAIL_TO_PASS tests; hard otherwise."""
-    files = len(patch_files(gold_patch_text.encode("utf-8")))
-    changed = len(_changed_lines(gold_patch_text))
+    touched, changed_lines = _diff_stats(gold_patch_text)
+    files, changed = len(touched), len(changed_lines)
     easy = files == 1 and changed <= EASY_MAX_CHANGED and fail_to_pass_count <= EASY_MAX_F2P
     return "easy" if easy else "hard"
 
@@ -109,8 +146,10 @@ def provenance_problems(task_dir: Path, source_version: str | None) -> list[str]
         return [f"task.toml unreadable: {exc}"]
     raw = data.get("provenance")
     if raw is None:
-        return ["task.toml has no [provenance] table (upstream_version_pair, changelog_line, "
-                "license, upstream_commit if known)"]
+        return [
+            "task.toml has no [provenance] table (upstream_version_pair, changelog_line, "
+            "license, upstream_commit if known)"
+        ]
     try:
         prov = Provenance.model_validate(raw)
     except ValidationError as exc:
@@ -134,7 +173,7 @@ def static_task_problems(task: Task) -> list[str]:
     if task.bucket != want:
         problems.append(
             f"bucket {task.bucket!r} recorded, the bucket rule gives {want!r} "
-            f"({len(patch_files(task.gold_patch))} file(s), {len(_changed_lines(gold))} changed "
+            f"({len(_diff_stats(gold)[0])} file(s), {len(_changed_lines(gold))} changed "
             f"line(s), {len(task.fail_to_pass)} FAIL_TO_PASS)"
         )
     try:
@@ -153,10 +192,19 @@ def static_task_problems(task: Task) -> list[str]:
 
 
 def _patch(repo: Path, patch: bytes) -> str | None:
-    """Apply `patch` (-p1) in `repo`; None when it applied, else patch's complaint."""
+    """Apply `patch` (-p1, no fuzz) in `repo`; None when it applied, else patch's complaint."""
     proc = subprocess.run(
-        ["patch", "-p1", "--batch", "--forward", "--no-backup-if-mismatch", "--reject-file=-",
-         "-d", str(repo)],
+        [
+            "patch",
+            "-p1",
+            "--batch",
+            "--forward",
+            "--no-backup-if-mismatch",
+            "--fuzz=0",  # a task's own patches fit the pristine source exactly
+            "--reject-file=-",
+            "-d",
+            str(repo),
+        ],
         input=patch,
         capture_output=True,
     )
@@ -171,8 +219,18 @@ def collected_ids(repo: Path, pythonpath: str, python: str, files: Sequence[str]
     # pytest runs in `repo`: a relative interpreter path would point elsewhere there
     exe = os.path.abspath(python) if os.sep in python else shutil.which(python) or python
     proc = subprocess.run(
-        [exe, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-         "-o", "addopts=", *files],
+        [
+            exe,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "addopts=",
+            *files,
+        ],
         cwd=repo,
         env={**os.environ, "PYTHONPATH": str(repo / pythonpath), "PYTHONDONTWRITEBYTECODE": "1"},
         capture_output=True,
@@ -226,9 +284,11 @@ def _declared_ids(tasks_root: Path) -> tuple[list[TaskProblem], list[Path]]:
         if not isinstance(tid, str):
             continue  # load_task says what is wrong with it
         if tid in seen:
-            problems.append(TaskProblem(
-                task=tid, problem=f"duplicate task id (folders {seen[tid].name} and {d.name})"
-            ))
+            problems.append(
+                TaskProblem(
+                    task=tid, problem=f"duplicate task id (folders {seen[tid].name} and {d.name})"
+                )
+            )
         else:
             seen[tid] = d
     return problems, dirs
@@ -243,9 +303,7 @@ def _load(d: Path, sources: dict[str, SourceSpec]) -> Task | TaskProblem:
         return TaskProblem(task=d.name, problem=f"task.toml: {exc}")
 
 
-def input_problems(
-    tasks_root: Path, python: str, cache: Path | None = None
-) -> list[TaskProblem]:
+def input_problems(tasks_root: Path, python: str, cache: Path | None = None) -> list[TaskProblem]:
     """Every bad-input problem of the task set at `tasks_root` (empty when it is well-formed).
 
     A manifest (`sources.toml`) that does not parse is one problem of the set itself, named
