@@ -272,3 +272,28 @@ def test_bucket_for_monotone(files: int, changed: int, f2p: int, more: int) -> N
     assert order[bucket_for(_gold(files, changed + more), f2p)] >= base
     assert order[bucket_for(_gold(files, changed), f2p + more)] >= base
     assert order[bucket_for(_gold(min(files + 1, changed), changed), f2p)] >= base
+
+
+# --- the task pools authored for issue 26 -------------------------------------------------
+
+POOLS = sorted(
+    p.parent
+    for p in (Path(__file__).resolve().parents[2] / "specs").glob("swe-pool-*/sources.toml")
+)
+
+
+@pytest.mark.parametrize("pool", POOLS, ids=lambda p: p.name)
+def test_pool_static(pool: Path) -> None:
+    """Without sources: every pool task loads, passes grade's shape checks and taskcheck's
+    (bucket rule, no gold line in problem.md, provenance), and uses only stdlib + pytest."""
+    from runner.benchmarks.swe_lite.grade import load_tasks, static_problems
+    from runner.benchmarks.swe_lite.taskcheck import static_task_problems
+
+    tasks = load_tasks(pool)
+    assert tasks
+    for task in tasks:
+        assert static_problems(task) == [], task.id
+        assert static_task_problems(task) == [], task.id
+        assert task.project == task.source.name
+        added = task.tests_patch.decode()
+        assert "hypothesis" not in added and "pretend" not in added, task.id
