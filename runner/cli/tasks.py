@@ -1,4 +1,5 @@
-"""`bench tasks check DIR`: every swe-lite task fails without its fix and passes with it;
+"""`bench tasks check DIR`: a task set's bad input (exit 2, `taskcheck`), then every swe-lite task
+fails without its fix and passes with it;
 `bench tasks cassettes [--scripted]`: the swe-lite policy (or legacy scripted) cassettes and
 their folders' digests."""
 
