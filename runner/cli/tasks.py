@@ -5,6 +5,8 @@ their folders' digests."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -40,6 +42,8 @@ def check(
 
     if not (tasks_root / "sources.toml").is_file():
         raise InputError("not a task set (no sources.toml)", file=str(tasks_root))
+    # the tests run inside each task's scratch copy: a relative interpreter path would miss
+    python = os.path.abspath(python) if os.sep in python else shutil.which(python) or python
     problems = input_problems(tasks_root, python)
     if problems:
         for prob in problems:

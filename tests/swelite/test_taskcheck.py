@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import io
+import os
 import re
 import shutil
 import sys
@@ -215,8 +216,12 @@ def test_cli_exit_2_names_task_and_problem(task_set: Path) -> None:
     assert "Traceback" not in res.output
 
 
-def test_cli_green_on_a_good_set(task_set: Path) -> None:
-    res = CliRunner().invoke(app, ["tasks", "check", str(task_set), "--python", sys.executable])
+@pytest.mark.parametrize("relative", [False, True], ids=["absolute", "relative"])
+def test_cli_green_on_a_good_set(task_set: Path, relative: bool) -> None:
+    """Green end to end, also with `--python` relative to the working directory (the tests
+    run in scratch copies elsewhere)."""
+    python = os.path.relpath(sys.executable) if relative else sys.executable
+    res = CliRunner().invoke(app, ["tasks", "check", str(task_set), "--python", python])
     assert res.exit_code == 0, res.output
     assert "ok   mini-add" in res.output
 
