@@ -1,9 +1,12 @@
-"""`bench tasks check DIR`: every swe-lite task fails without its fix and passes with it;
+"""`bench tasks check DIR`: a task set's bad input (exit 2, `taskcheck`), then every swe-lite task
+fails without its fix and passes with it;
 `bench tasks cassettes [--scripted]`: the swe-lite policy (or legacy scripted) cassettes and
 their folders' digests."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -25,15 +28,31 @@ def check(
     ] = Path("specs/swe-lite"),
     python: Annotated[str, typer.Option(help="interpreter with pytest")] = sys.executable,
 ) -> None:
-    """Check every task on the host: it fails without its fix and passes with it.
+    """Check every task on the host: it is well-formed, fails without its fix and passes with it.
 
-    Against pristine sources: FAIL_TO_PASS fails without the gold patch; with it, every
-    FAIL_TO_PASS and PASS_TO_PASS test passes. Exit 3 when a task does not.
+    First bad input, exit 2 naming each task and its problem: a source whose sdist does not
+    match its sha256, a patch that does not apply to the pristine source, a test id pytest does
+    not collect, a problem.md holding a line of gold.patch, a duplicate task id, a bucket the
+    bucket rule does not give, a missing or malformed [provenance]. Then against pristine
+    sources: FAIL_TO_PASS fails without the gold patch; with it, every FAIL_TO_PASS and
+    PASS_TO_PASS test passes. Exit 3 when a task does not.
     """
     from runner.benchmarks.swe_lite.grade import check_tasks
+    from runner.benchmarks.swe_lite.taskcheck import input_problems
 
     if not (tasks_root / "sources.toml").is_file():
         raise InputError("not a task set (no sources.toml)", file=str(tasks_root))
+    # the tests run inside each task's scratch copy: a relative interpreter path would miss
+    python = os.path.abspath(python) if os.sep in python else shutil.which(python) or python
+    problems = input_problems(tasks_root, python)
+    if problems:
+        for prob in problems:
+            err.print(f"FAIL {prob.render()}", markup=False)
+        names = sorted({p.task for p in problems})
+        raise InputError(
+            f"{len(problems)} input problem(s) in {len(names)} task(s): {', '.join(names)}",
+            file=str(tasks_root),
+        )
     results = check_tasks(tasks_root, python)
     for r in results:
         out.print(f"{'ok  ' if r.ok else 'FAIL'} {r.task_id}")
