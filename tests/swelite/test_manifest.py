@@ -16,6 +16,7 @@ from runner.benchmarks.swe_lite.grade import (
     patch_files,
     static_problems,
 )
+from runner.benchmarks.swe_lite.taskcheck import bucket_for, static_task_problems
 from runner.imagebuild import archive, sources
 from runner.imagebuild import builder as images
 from tests.swelite.conftest import IMAGE_DIR, TASKS_ROOT, all_tasks
@@ -34,6 +35,9 @@ def test_task_set_shape() -> None:
 @pytest.mark.parametrize("task", all_tasks(), ids=lambda t: t.id)
 def test_task_static(task) -> None:  # type: ignore[no-untyped-def]
     assert static_problems(task) == []
+    # the one bucket rule (taskcheck.bucket_for), no gold line in problem.md, [provenance]
+    assert task.bucket == bucket_for(task.gold_patch.decode(), len(task.fail_to_pass))
+    assert static_task_problems(task) == []
     assert task.project == task.source.name
     assert task.summary
     for test_id in (*task.fail_to_pass, *task.pass_to_pass):
