@@ -66,6 +66,7 @@ BEFORE = WitnessStage.BEFORE_INJECTION
 AFTER = WitnessStage.AFTER_INJECTION
 AFTER_RELEASE = WitnessStage.AFTER_RELEASE
 STOPPED = "T"  # /proc/<pid>/stat state of a stopped task ('t' is a tracing stop: not ours)
+EXITED = frozenset({"Z", "X"})  # a thread that has exited cannot run either, stopped or not
 POLL_S = 0.005
 SHOWN = 8  # threads named in an observation's `not_stopped` / `still_stopped`
 
@@ -113,19 +114,26 @@ class GroupSample:
     def threads(self) -> int:
         return len(self.states)
 
-    def not_in(self, state: str) -> list[str]:
-        return sorted(t for t, s in self.states.items() if s != state)
+    def runnable(self) -> list[str]:
+        """Threads neither stopped nor exited: those a freeze has not reached."""
+        return sorted(t for t, s in self.states.items() if s != STOPPED and s not in EXITED)
 
-    def in_(self, state: str) -> list[str]:
-        return sorted(t for t, s in self.states.items() if s == state)
+    def stopped(self) -> list[str]:
+        return sorted(t for t, s in self.states.items() if s == STOPPED)
+
+    @property
+    def exited(self) -> int:
+        return sum(s in EXITED for s in self.states.values())
 
     @property
     def all_stopped(self) -> bool:
-        return self.threads > 0 and not self.not_in(STOPPED)
+        """Nothing of the group can run: every thread T, or a zombie (an exited child its
+        stopped parent has not reaped yet); and something was read."""
+        return self.threads > 0 and not self.runnable()
 
     @property
     def none_stopped(self) -> bool:
-        return self.threads > 0 and not self.in_(STOPPED)
+        return self.threads > 0 and not self.stopped()
 
 
 def sample_group(pgid: int) -> GroupSample:
@@ -251,7 +259,9 @@ class FreezeFault(FaultPlugin[FreezeParams]):
                 subject.kill(signal.SIGCONT)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGCONT)
-        self._resumed = self._resumed_observation(subject, pgid, before)
+        # The leader first, at once: a subject that exits on resume must still be identified.
+        _, leader = self._leader()
+        self._resumed = self._resumed_observation(pgid, before, leader)
 
     # --- collectors -------------------------------------------------------------------------------
 
@@ -309,15 +319,17 @@ class FreezeFault(FaultPlugin[FreezeParams]):
             "all_stopped": s.all_stopped,
             "processes": s.processes,
             "threads": s.threads,
-            "not_stopped": s.not_in(STOPPED)[:SHOWN],
+            "exited": s.exited,
+            "not_stopped": s.runnable()[:SHOWN],
             "waited_ms": round((s.done_ns - s.at_ns) / 1e6, 3),
         }
 
     def _resumed_observation(
-        self, subject: Subject, pgid: int, before: GroupSample | None
+        self, pgid: int, before: GroupSample | None, leader: ProcStat | None
     ) -> dict[str, Any]:
         after = poll_group(pgid, "none_stopped", self.stop_timeout)
-        pid, st = self._leader()
+        pid, now = self._leader()
+        st = now or leader  # its state once the group ran again; else the one read at once
         first = self._first_stopped_ns
         held = (before.at_ns - first) / 1e6 if before is not None and first is not None else 0.0
         return {
@@ -333,7 +345,7 @@ class FreezeFault(FaultPlugin[FreezeParams]):
             "all_resumed": after.none_stopped,
             "processes": after.processes,
             "threads": after.threads,
-            "still_stopped": after.in_(STOPPED)[:SHOWN],
+            "still_stopped": after.stopped()[:SHOWN],
         }
 
     def _not_resumed(self) -> dict[str, Any]:
