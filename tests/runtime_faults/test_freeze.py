@@ -11,6 +11,7 @@ runs (exit 2, naming the entry).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -314,6 +315,18 @@ def test_a_noop_freeze_of_the_minimal_subject_is_invalid(services: RunServices, 
     assert {"leader_stopped", "group_stopped"} <= set(row.violated), row
     states = [r.state for r in _journal(services, plan) if r.type == "lifecycle"]
     assert states[-2:] == ["rejected", "released"]  # released: nothing may stay held
+
+
+def test_bench_selftest_covers_the_freeze() -> None:
+    """`bench selftest` runs every registered kind; its no-op must fail like every kind's."""
+    assert FREEZE in registry.registered()
+    result = CliRunner().invoke(app, ["selftest", "--kind", FREEZE, "--json"])
+    body = json.loads(result.stdout)
+    rows = {r["actuator"]: r for r in body["rows"]}
+    assert result.exit_code == 0 and body["ok"], result.stdout + result.stderr
+    assert rows["real"]["verdict"] == "WITNESSED"
+    assert rows["noop"]["verdict"] == "INVALID_INJECTION"
+    assert {"leader_stopped", "group_stopped"} <= set(rows["noop"]["violated"])
 
 
 # --- bad parameters: exit 2 before any cell runs ---------------------------------------------
