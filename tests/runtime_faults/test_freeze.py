@@ -261,18 +261,22 @@ def test_a_rejected_real_freeze_still_continues_the_group(
 def test_the_harness_own_group_is_never_stopped(tmp_path: Path) -> None:
     """A subject that shares the harness's process group is refused, not stopped with us."""
 
+    sent: list[int] = []
+
     class Ours:
         pid = os.getpid()
         status = None
 
         def kill(self, sig: int) -> None:
-            pass  # the leader's pidfd: a stand-in that signals nothing
+            sent.append(sig)  # the leader's pidfd: a stand-in that records, signals nothing
 
     plugin = FreezeFault(OneSubject(Ours()), HeldCall(), None, _params(100))  # type: ignore[arg-type]
     ev = CallEvent("tool_interposer", "exec", Phase.DISPATCHED, "c1", 1, 1, {})
     ctx = FaultContext("fz", FREEZE, Trigger.model_validate(TRIGGER), ev)
     inj = plugin.inject(ctx)
     assert not inj.applied and "group" in inj.detail["error"]
+    plugin.release(ctx)  # what the engine does after the rejection that follows
+    assert sent == [signal.SIGSTOP, signal.SIGCONT]  # the leader alone, and continued
 
 
 # --- whole attempts ----------------------------------------------------------------------------

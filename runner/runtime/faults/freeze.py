@@ -192,7 +192,7 @@ class FreezeFault(FaultPlugin[FreezeParams]):
         self.stop_timeout = stop_timeout
         self._target: Subject | None = None  # named by the collector before the signal
         self._pgid: int | None = None  # the group the collector read before the signal
-        self._signalled: tuple[Subject, int] | None = None  # what the actuator stopped
+        self._signalled: tuple[Subject, int | None] | None = None  # what the actuator stopped
         self._first_stopped_ns: int | None = None  # the collector first saw all of it T
         self._resumed: dict[str, Any] | None = None
 
@@ -218,16 +218,16 @@ class FreezeFault(FaultPlugin[FreezeParams]):
         if subject is None:
             return Injection(applied=False, detail={"error": "no subject process"})
         subject.kill(signal.SIGSTOP)  # pidfd: ProcessLookupError once reaped
+        self._signalled = (subject, None)  # whatever fails below, release continues it
         if subject.status is not None:  # reaped: its pid may name another group by now
             return Injection(applied=False, detail={"error": "subject exited", "pid": subject.pid})
         pgid = os.getpgid(subject.pid)
         if pgid <= 1 or pgid == os.getpgrp():
-            subject.kill(signal.SIGCONT)
             return Injection(
                 applied=False, detail={"error": f"subject shares the harness's group {pgid}"}
             )
-        os.killpg(pgid, signal.SIGSTOP)  # the rest of the group: children it spawned
         self._signalled = (subject, pgid)
+        os.killpg(pgid, signal.SIGSTOP)  # the rest of the group: children it spawned
         return Injection(
             applied=True,
             directive=Directive.CONTINUE,  # the call stays held until release returns
@@ -249,7 +249,7 @@ class FreezeFault(FaultPlugin[FreezeParams]):
         subject, pgid = self._signalled
         before: GroupSample | None = None
         try:
-            if self._first_stopped_ns is not None:
+            if self._first_stopped_ns is not None and pgid is not None:
                 until = self._first_stopped_ns + self.params.duration_ms * 1_000_000
                 while (left := until - time.monotonic_ns()) > 0:
                     time.sleep(left / 1e9)
@@ -257,8 +257,11 @@ class FreezeFault(FaultPlugin[FreezeParams]):
         finally:
             with contextlib.suppress(ProcessLookupError):
                 subject.kill(signal.SIGCONT)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGCONT)
+            if pgid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pgid, signal.SIGCONT)
+        if pgid is None:
+            return  # the injection failed: the leader alone was stopped, and is continued
         # The leader first, at once: a subject that exits on resume must still be identified.
         _, leader = self._leader()
         self._resumed = self._resumed_observation(pgid, before, leader)
