@@ -44,7 +44,7 @@ from runner.runtime.events import CallEvent
 from runner.runtime.executor import launchers_for
 from runner.runtime.faults import registry
 from runner.runtime.faults.base import FaultContext
-from runner.runtime.faults.freeze import FreezeFault, read_stat, sample_group
+from runner.runtime.faults.freeze import FreezeFault, GroupSample, read_stat, sample_group
 from runner.runtime.faults.resources import SubjectLimits
 from runner.runtime.host import naming
 from runner.runtime.host.procs import Reaper, Subject, SubjectLauncher
@@ -277,6 +277,39 @@ def test_the_harness_own_group_is_never_stopped(tmp_path: Path) -> None:
     assert not inj.applied and "group" in inj.detail["error"]
     plugin.release(ctx)  # what the engine does after the rejection that follows
     assert sent == [signal.SIGSTOP, signal.SIGCONT]  # the leader alone, and continued
+
+
+# --- the collector's reading of /proc ---------------------------------------------------------
+
+STATES = st.sampled_from(["R", "S", "D", "T", "t", "Z", "X", "I"])
+
+
+@given(st.dictionaries(st.text("0123456789/", min_size=1, max_size=9), STATES, max_size=6))
+def test_a_group_counts_as_stopped_only_when_nothing_can_run(states: dict[str, str]) -> None:
+    s = GroupSample(0, 1, 1, states)
+    vals = set(states.values())
+    assert s.all_stopped == (bool(states) and vals <= {"T", "Z", "X"})
+    assert s.none_stopped == (bool(states) and "T" not in vals)
+    assert not (s.all_stopped and s.none_stopped) or vals <= {"Z", "X"}
+
+
+@given(st.text(max_size=16).filter(lambda c: "\n" not in c), STATES, st.integers(1, 2**22))
+def test_stat_is_parsed_after_the_last_parenthesis(
+    tmp_path_factory: pytest.TempPathFactory, comm: str, state: str, pgrp: int
+) -> None:
+    """comm may hold spaces and ')' (any process names itself): fields follow the last ')'."""
+    rest = [state, "1", str(pgrp), *["0"] * 16, "424242", *["0"] * 30]
+    path = tmp_path_factory.mktemp("stat") / "stat"
+    path.write_text(f"77 ({comm}) {' '.join(rest)}\n")
+    got = read_stat(path)
+    assert got is not None and (got.state, got.pgrp, got.start_time) == (state, pgrp, "424242")
+    assert read_stat(path.with_name("gone")) is None
+
+
+def test_the_collector_reads_its_own_process_as_running() -> None:
+    s = sample_group(os.getpgrp())
+    assert s.processes >= 1 and f"{os.getpid()}/{os.getpid()}" in s.states
+    assert not s.all_stopped and s.none_stopped
 
 
 # --- whole attempts ----------------------------------------------------------------------------
