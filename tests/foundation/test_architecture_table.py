@@ -430,7 +430,15 @@ def kind_problems(root: Path) -> list[str]:
         used: set[str] = set()
         for n in ast.walk(tree):
             if isinstance(n, ast.ImportFrom):
-                used |= {a.name for a in n.names} | {(n.module or "").rpartition(".")[2]}
+                mod = n.module or ""
+                # A module of another package that shares a kind's name (the evaluator's
+                # protocol `freeze` beside the `freeze` fault kind) names that module, not the kind.
+                other = root / mod.replace(".", "/")
+                used |= {
+                    a.name
+                    for a in n.names
+                    if mod == "runner.runtime.faults" or not (other / f"{a.name}.py").is_file()
+                } | {mod.rpartition(".")[2]}
             elif isinstance(n, ast.Import):
                 used |= {a.name.rpartition(".")[2] for a in n.names}
             elif isinstance(n, ast.Constant) and isinstance(n.value, str):
@@ -455,7 +463,11 @@ def test_a_module_naming_a_kind_is_caught(tmp_path: Path) -> None:
         "from runner.evaluator.protocol.faultkinds import SANDBOX_RESTART\n"
     )
     (tmp_path / "runner/runtime/host/planted2.py").write_text("KIND = 'sigkill_mid_tool_call'\n")
+    (tmp_path / "runner/runtime/host/planted3.py").write_text(
+        "from runner.runtime.faults import freeze\n"
+    )
     assert set(kind_problems(tmp_path)) - before == {
         "runner/runtime/planted.py names sandbox_restart: ['SANDBOX_RESTART']",
         "runner/runtime/host/planted2.py names sigkill: ['sigkill_mid_tool_call']",
+        "runner/runtime/host/planted3.py names freeze: ['freeze']",
     }
