@@ -203,13 +203,14 @@ class Store:
         if not self.path.is_file():
             raise StoreError(f"{self.path}: no such store")
         self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=FULL")  # a COMMIT is durable before we answer
         self._lock = threading.Lock()
         self._hook = hook  # tests only: called at named points inside a write transaction
         try:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")  # a COMMIT is durable before we answer
             self.meta = dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
         except sqlite3.DatabaseError as exc:
+            self._conn.close()
             raise StoreError(f"{self.path}: not a tau_lite store ({exc})") from None
         if self.meta.get("schema_version") != SCHEMA_VERSION:
             raise StoreError(f"{self.path}: schema version {self.meta.get('schema_version')!r}")
