@@ -35,7 +35,7 @@ def reference() -> dict[str, Any]:
 
 
 @pytest.fixture
-def fresh(sets: dict[str, tasks.DomainSet], tmp_path: Path):  # noqa: ANN201
+def fresh(sets: dict[str, tasks.DomainSet], tmp_path: Path):
     """fresh(domain) -> a new store copied from that domain's pristine one."""
     opened: list[Store] = []
 

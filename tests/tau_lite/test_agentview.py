@@ -8,7 +8,7 @@ from pathlib import Path
 from runner.benchmarks.tau_lite import agentview, tasks
 
 
-def test_no_expected_action_or_argument_leaks_into_any_agent_view(sets, wheel_path: Path) -> None:  # noqa: ANN001
+def test_no_expected_action_or_argument_leaks_into_any_agent_view(sets, wheel_path: Path) -> None:
     checked = 0
     for domain, s in sets.items():
         docs = tasks.tool_docs(wheel_path, domain)
@@ -21,7 +21,7 @@ def test_no_expected_action_or_argument_leaks_into_any_agent_view(sets, wheel_pa
     assert checked == sum(len(s.tasks) for s in sets.values()) >= 40
 
 
-def test_the_checker_sees_a_planted_leak(sets, wheel_path: Path) -> None:  # noqa: ANN001
+def test_the_checker_sees_a_planted_leak(sets, wheel_path: Path) -> None:
     s = sets["airline"]
     t = s.tasks["airline-8"]
     docs = tasks.tool_docs(wheel_path, "airline")
@@ -38,7 +38,7 @@ def test_the_checker_sees_a_planted_leak(sets, wheel_path: Path) -> None:  # noq
     assert any(x.startswith("evaluator text") for x in agentview.leaks(planted, t))
 
 
-def test_the_view_tells_what_the_customer_says_and_the_policy(sets, wheel_path: Path) -> None:  # noqa: ANN001
+def test_the_view_tells_what_the_customer_says_and_the_policy(sets, wheel_path: Path) -> None:
     s = sets["airline"]
     t = s.tasks["airline-8"]
     view = agentview.agent_task(t, s.policy, tasks.tool_docs(wheel_path, "airline"))
@@ -48,6 +48,11 @@ def test_the_view_tells_what_the_customer_says_and_the_policy(sets, wheel_path: 
     assert "no live customer" in text and view["mode"] == "solo"
     assert "You do not know the flight number" not in text  # unknown_info: simulator-only
     irreversible = {x["name"] for x in view["tools"] if x["irreversible"]}
-    assert irreversible == {"book_reservation", "cancel_reservation", "send_certificate",
-                            "update_reservation_baggages", "update_reservation_flights",
-                            "update_reservation_passengers"}  # fmt: skip
+    assert irreversible == {
+        "book_reservation",
+        "cancel_reservation",
+        "send_certificate",
+        "update_reservation_baggages",
+        "update_reservation_flights",
+        "update_reservation_passengers",
+    }

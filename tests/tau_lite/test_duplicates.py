@@ -22,11 +22,10 @@ def _first(task: tasks.TauTask, name: str) -> dict[str, Any]:
 
 
 def _task_with(sets: dict[str, tasks.DomainSet], domain: str, tool: str) -> tasks.TauTask:
-    return next(t for t in sets[domain].tasks.values()
-                if [a.name for a in t.writes] == [tool])  # fmt: skip
+    return next(t for t in sets[domain].tasks.values() if [a.name for a in t.writes] == [tool])
 
 
-def test_expected_actions_alone_complete_with_no_duplicate(sets, fresh) -> None:  # noqa: ANN001
+def test_expected_actions_alone_complete_with_no_duplicate(sets, fresh) -> None:
     for domain in ("airline", "retail"):
         for t in list(sets[domain].tasks.values())[:5]:
             store = fresh(domain)
@@ -40,16 +39,18 @@ def _rebook_by_card(store: Store, t: tasks.TauTask) -> Any:
     """The task's booking again, paid in full by one of the user's credit cards."""
     args = dict(_first(t, "book_reservation"))
     user = store.read(lambda tx: tx.get("users", args["user_id"]), {})
-    card = next((k for k, m in user["payment_methods"].items() if m["source"] == "credit_card"),
-                None)  # fmt: skip
+    card = next(
+        (k for k, m in user["payment_methods"].items() if m["source"] == "credit_card"), None
+    )
     if card is None:
         return None
-    args["payment_methods"] = [{"payment_id": card,
-                                "amount": sum(p["amount"] for p in args["payment_methods"])}]  # fmt: skip
+    args["payment_methods"] = [
+        {"payment_id": card, "amount": sum(p["amount"] for p in args["payment_methods"])}
+    ]
     return domains.call(store, "book_reservation", args, scope=SCOPE)
 
 
-def test_a_second_booking_of_the_same_itinerary_is_a_duplicate(sets, fresh) -> None:  # noqa: ANN001
+def test_a_second_booking_of_the_same_itinerary_is_a_duplicate(sets, fresh) -> None:
     booked = 0
     for t in sets["airline"].tasks.values():
         if [a.name for a in t.writes] != ["book_reservation"]:
@@ -71,7 +72,7 @@ def test_a_second_booking_of_the_same_itinerary_is_a_duplicate(sets, fresh) -> N
     assert booked >= 2
 
 
-def test_a_second_booking_refused_for_seats_is_not_a_duplicate(sets, fresh) -> None:  # noqa: ANN001
+def test_a_second_booking_refused_for_seats_is_not_a_duplicate(sets, fresh) -> None:
     t = sets["airline"].tasks["airline-8"]  # two passengers: the last economy seats on HAT271
     store = fresh("airline")
     _run_expected(store, t)
@@ -81,7 +82,7 @@ def test_a_second_booking_refused_for_seats_is_not_a_duplicate(sets, fresh) -> N
     assert g.completed and g.duplicates == [] and len(g.rejected) == 1
 
 
-def test_a_second_cancellation_refunds_again_and_is_a_duplicate(sets, fresh) -> None:  # noqa: ANN001
+def test_a_second_cancellation_refunds_again_and_is_a_duplicate(sets, fresh) -> None:
     """tau2 does not refuse cancelling a cancelled reservation: it appends every refund again."""
     t = _task_with(sets, "airline", "cancel_reservation")
     store = fresh("airline")
@@ -95,7 +96,7 @@ def test_a_second_cancellation_refunds_again_and_is_a_duplicate(sets, fresh) -> 
     assert not g.completed and [d["tool"] for d in g.duplicates] == ["cancel_reservation"]
 
 
-def test_a_second_certificate_to_the_same_user_is_a_duplicate(sets, fresh) -> None:  # noqa: ANN001
+def test_a_second_certificate_to_the_same_user_is_a_duplicate(sets, fresh) -> None:
     t = _task_with(sets, "airline", "send_certificate")
     store = fresh("airline")
     _run_expected(store, t)
@@ -106,7 +107,7 @@ def test_a_second_certificate_to_the_same_user_is_a_duplicate(sets, fresh) -> No
     assert g.duplicates[0]["repeats"] != g.duplicates[0]["effect_id"]
 
 
-def test_a_refused_repeat_is_not_a_duplicate(sets, fresh) -> None:  # noqa: ANN001
+def test_a_refused_repeat_is_not_a_duplicate(sets, fresh) -> None:
     """Retail refuses a second cancel / return: journaled as rejected, state and grade intact."""
     for tool in ("cancel_pending_order", "return_delivered_order_items"):
         t = _task_with(sets, "retail", tool)
@@ -120,18 +121,19 @@ def test_a_refused_repeat_is_not_a_duplicate(sets, fresh) -> None:  # noqa: ANN0
         assert store.ledger(SCOPE)[-1]["outcome"] == "rejected"
 
 
-def test_a_repeat_that_changes_nothing_is_not_a_duplicate(sets, fresh) -> None:  # noqa: ANN001
+def test_a_repeat_that_changes_nothing_is_not_a_duplicate(sets, fresh) -> None:
     t = _task_with(sets, "airline", "update_reservation_baggages")
     store = fresh("airline")
     _run_expected(store, t)
-    again = domains.call(store, "update_reservation_baggages",
-                         _first(t, "update_reservation_baggages"), scope=SCOPE)  # fmt: skip
+    again = domains.call(
+        store, "update_reservation_baggages", _first(t, "update_reservation_baggages"), scope=SCOPE
+    )
     assert again.ok and not again.changed
     g = grade(store, t, SCOPE)
     assert g.completed and g.duplicates == [] and g.unchanged == 1
 
 
-def test_duplicates_are_counted_per_scope(sets, fresh) -> None:  # noqa: ANN001
+def test_duplicates_are_counted_per_scope(sets, fresh) -> None:
     t = _task_with(sets, "airline", "send_certificate")
     store = fresh("airline")
     args = _first(t, "send_certificate")
@@ -140,11 +142,15 @@ def test_duplicates_are_counted_per_scope(sets, fresh) -> None:  # noqa: ANN001
     assert grade(store, t, "a").duplicates == [] and grade(store, t, "b").duplicates == []
 
 
-def test_an_idempotency_key_replays_instead_of_committing(sets, fresh) -> None:  # noqa: ANN001
+def test_an_idempotency_key_replays_instead_of_committing(sets, fresh) -> None:
     t = _task_with(sets, "airline", "send_certificate")
     store = fresh("airline")
     args = _first(t, "send_certificate")
-    one = domains.call(store, "send_certificate", args, scope=SCOPE, idempotency_key="k", dedup=True)
-    two = domains.call(store, "send_certificate", args, scope=SCOPE, idempotency_key="k", dedup=True)
+    one = domains.call(
+        store, "send_certificate", args, scope=SCOPE, idempotency_key="k", dedup=True
+    )
+    two = domains.call(
+        store, "send_certificate", args, scope=SCOPE, idempotency_key="k", dedup=True
+    )
     assert two.replayed and two.effect_id == one.effect_id and two.result == one.result
     assert len(store.ledger(SCOPE)) == 1 and grade(store, t, SCOPE).completed

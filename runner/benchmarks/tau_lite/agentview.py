@@ -19,9 +19,19 @@ from runner.benchmarks.tau_lite import domains
 from runner.benchmarks.tau_lite.tasks import TauTask
 
 AGENT_KEYS = frozenset(
-    {"benchmark", "task_id", "domain", "mode", "request", "user_instructions", "known_info",
-     "policy", "tools", "instruction"}
-)  # fmt: skip
+    {
+        "benchmark",
+        "task_id",
+        "domain",
+        "mode",
+        "request",
+        "user_instructions",
+        "known_info",
+        "policy",
+        "tools",
+        "instruction",
+    }
+)
 SOLO_NOTE = (
     "There is no live customer in this session: everything the customer would tell you is "
     "below, and their instructions stand as their explicit confirmation where the policy asks "
@@ -31,16 +41,28 @@ SOLO_NOTE = (
 
 def tool_list(domain: str, docs: Mapping[str, str]) -> list[dict[str, Any]]:
     return [
-        {"name": t.name, "kind": t.kind, "irreversible": t.kind == "write",
-         "parameters": sorted(t.params), "description": docs.get(t.name, "")}
+        {
+            "name": t.name,
+            "kind": t.kind,
+            "irreversible": t.kind == "write",
+            "parameters": sorted(t.params),
+            "description": docs.get(t.name, ""),
+        }
         for t in sorted(domains.TOOLS[domain].values(), key=lambda t: t.name)
-    ]  # fmt: skip
+    ]
 
 
 def instruction(task: TauTask, policy: str) -> str:
     ins = task.task.user_scenario.instructions
-    parts = [SOLO_NOTE, "", "## The customer's request", ins.reason_for_call.strip(), "",
-             "## What the customer wants (their instructions)", ins.task_instructions.strip()]  # fmt: skip
+    parts = [
+        SOLO_NOTE,
+        "",
+        "## The customer's request",
+        ins.reason_for_call.strip(),
+        "",
+        "## What the customer wants (their instructions)",
+        ins.task_instructions.strip(),
+    ]
     if ins.known_info:
         parts += ["", "## What the customer knows", ins.known_info.strip()]
     parts += ["", "## Policy", policy.strip()]
@@ -74,9 +96,11 @@ def oracle_task(task: TauTask, policy: str, docs: Mapping[str, str]) -> dict[str
 
 
 def agent_prompt(view: Mapping[str, Any], status_command: str | None = None) -> str:
-    tools = "\n".join(f"- {t['name']}({', '.join(t['parameters'])})"
-                      + (" [irreversible]" if t["irreversible"] else "")
-                      for t in view["tools"])  # fmt: skip
+    tools = "\n".join(
+        f"- {t['name']}({', '.join(t['parameters'])})"
+        + (" [irreversible]" if t["irreversible"] else "")
+        for t in view["tools"]
+    )
     text = f"{view['instruction']}\n## Tools\n{tools}\n"
     if status_command:
         text += f"\nTo ask what your irreversible calls committed: {status_command}\n"
@@ -90,9 +114,15 @@ def leaks(view: Mapping[str, Any], task: TauTask) -> list[str]:
     task) states, the natural-language assertions, the purpose and notes."""
     text = json.dumps(view, sort_keys=True)
     ins = task.task.user_scenario.instructions
-    told = " ".join([ins.reason_for_call, ins.task_instructions, ins.known_info or "",
-                     str(view.get("policy", "")),
-                     json.dumps(view.get("tools", []))]).lower()  # fmt: skip
+    told = " ".join(
+        [
+            ins.reason_for_call,
+            ins.task_instructions,
+            ins.known_info or "",
+            str(view.get("policy", "")),
+            json.dumps(view.get("tools", [])),
+        ]
+    ).lower()
     found = [f"unexpected key {k}" for k in sorted(set(view) - AGENT_KEYS)]
     for a in task.actions:
         if a.action_id in text:
@@ -104,8 +134,11 @@ def leaks(view: Mapping[str, Any], task: TauTask) -> list[str]:
                 found.append(f"argument value {v!r} of {a.action_id}")
     crit = task.task.evaluation_criteria
     desc = task.task.description
-    for s in [*(crit.nl_assertions or []), desc.purpose if desc else None,
-              desc.notes if desc else None]:  # fmt: skip
+    for s in [
+        *(crit.nl_assertions or []),
+        desc.purpose if desc else None,
+        desc.notes if desc else None,
+    ]:
         if s and len(s) >= 12 and s in text:
             found.append(f"evaluator text {s[:40]!r}")
     return found

@@ -48,15 +48,20 @@ def _flight(tx: Tx, flight_number: str) -> dict[str, Any]:
     return flight
 
 
-def _flight_instance(tx: Tx, flight_number: str, date: str) -> dict[str, Any]:
+def _flight_instance(tx: Tx, flight_number: str, date: str) -> Any:
     flight = _flight(tx, flight_number)
     if date not in flight["dates"]:
         raise DomainError(f"Flight {flight_number} not found on date {date}")
     return flight["dates"][date]
 
 
-def _search_direct(tx: Tx, date: str, origin: str | None = None, destination: str | None = None,
-                   leave_after: str | None = None) -> list[dict[str, Any]]:  # fmt: skip
+def _search_direct(
+    tx: Tx,
+    date: str,
+    origin: str | None = None,
+    destination: str | None = None,
+    leave_after: str | None = None,
+) -> list[dict[str, Any]]:
     results = []
     for f in tx.scan("flights"):
         if (
@@ -66,19 +71,25 @@ def _search_direct(tx: Tx, date: str, origin: str | None = None, destination: st
             and f["dates"][date]["status"] == "available"
             and (leave_after is None or f["scheduled_departure_time_est"] >= leave_after)
         ):
-            results.append({
-                "flight_number": f["flight_number"], "origin": f["origin"],
-                "destination": f["destination"], "status": "available",
-                "scheduled_departure_time_est": f["scheduled_departure_time_est"],
-                "scheduled_arrival_time_est": f["scheduled_arrival_time_est"],
-                "date": None,
-                "available_seats": f["dates"][date]["available_seats"],
-                "prices": f["dates"][date]["prices"],
-            })  # fmt: skip
+            results.append(
+                {
+                    "flight_number": f["flight_number"],
+                    "origin": f["origin"],
+                    "destination": f["destination"],
+                    "status": "available",
+                    "scheduled_departure_time_est": f["scheduled_departure_time_est"],
+                    "scheduled_arrival_time_est": f["scheduled_arrival_time_est"],
+                    "date": None,
+                    "available_seats": f["dates"][date]["available_seats"],
+                    "prices": f["dates"][date]["prices"],
+                }
+            )
     return results
 
 
-def _payment_for_update(user: dict[str, Any], payment_id: str, total_price: int) -> dict[str, Any] | None:  # fmt: skip
+def _payment_for_update(
+    user: dict[str, Any], payment_id: str, total_price: int
+) -> dict[str, Any] | None:
     if payment_id not in user["payment_methods"]:
         raise DomainError("Payment method not found")
     method = user["payment_methods"][payment_id]
@@ -94,27 +105,60 @@ def _payment_for_update(user: dict[str, Any], payment_id: str, total_price: int)
     return payment
 
 
-@tool(TOOLS, "write", user_id=str, origin=str, destination=str, flight_type=str, cabin=str,
-      flights=s.ListOf(s.FLIGHT_INFO), passengers=s.ListOf(s.PASSENGER),
-      payment_methods=s.ListOf(s.PAYMENT), total_baggages=int, nonfree_baggages=int,
-      insurance=str)  # fmt: skip
-def book_reservation(tx: Tx, user_id: str, origin: str, destination: str, flight_type: str,
-                     cabin: str, flights: list[dict[str, Any]], passengers: list[dict[str, Any]],
-                     payment_methods: list[dict[str, Any]], total_baggages: int,
-                     nonfree_baggages: int, insurance: str) -> dict[str, Any]:  # fmt: skip
+@tool(
+    TOOLS,
+    "write",
+    user_id=str,
+    origin=str,
+    destination=str,
+    flight_type=str,
+    cabin=str,
+    flights=s.ListOf(s.FLIGHT_INFO),
+    passengers=s.ListOf(s.PASSENGER),
+    payment_methods=s.ListOf(s.PAYMENT),
+    total_baggages=int,
+    nonfree_baggages=int,
+    insurance=str,
+)
+def book_reservation(
+    tx: Tx,
+    user_id: str,
+    origin: str,
+    destination: str,
+    flight_type: str,
+    cabin: str,
+    flights: list[dict[str, Any]],
+    passengers: list[dict[str, Any]],
+    payment_methods: list[dict[str, Any]],
+    total_baggages: int,
+    nonfree_baggages: int,
+    insurance: str,
+) -> dict[str, Any]:
     user = _user(tx, user_id)
-    reservation_id = next((r for r in NEW_RESERVATION_IDS if tx.get("reservations", r) is None), None)
+    reservation_id = next(
+        (r for r in NEW_RESERVATION_IDS if tx.get("reservations", r) is None), None
+    )
     if reservation_id is None:
         raise DomainError("Too many reservations")
     try:  # tau2 builds the Reservation model here: its Literals are checked now
-        reservation = s.coerce(s.RESERVATION, {
-            "reservation_id": reservation_id, "user_id": user_id, "origin": origin,
-            "destination": destination, "flight_type": flight_type, "cabin": cabin,
-            "flights": [], "passengers": copy.deepcopy(passengers),
-            "payment_history": copy.deepcopy(payment_methods), "created_at": NOW,
-            "total_baggages": total_baggages, "nonfree_baggages": nonfree_baggages,
-            "insurance": insurance,
-        })  # fmt: skip
+        reservation = s.coerce(
+            s.RESERVATION,
+            {
+                "reservation_id": reservation_id,
+                "user_id": user_id,
+                "origin": origin,
+                "destination": destination,
+                "flight_type": flight_type,
+                "cabin": cabin,
+                "flights": [],
+                "passengers": copy.deepcopy(passengers),
+                "payment_history": copy.deepcopy(payment_methods),
+                "created_at": NOW,
+                "total_baggages": total_baggages,
+                "nonfree_baggages": nonfree_baggages,
+                "insurance": insurance,
+            },
+        )
     except s.SchemaError as exc:
         raise DomainError(f"invalid reservation: {exc}") from None
     total_price = 0
@@ -128,10 +172,15 @@ def book_reservation(tx: Tx, user_id: str, origin: str, destination: str, flight
         if date_data["available_seats"][cabin] < len(passengers):
             raise DomainError(f"Not enough seats on flight {number}")
         price = date_data["prices"][cabin]
-        reservation["flights"].append({
-            "origin": flight["origin"], "destination": flight["destination"],
-            "flight_number": number, "date": info["date"], "price": price,
-        })  # fmt: skip
+        reservation["flights"].append(
+            {
+                "origin": flight["origin"],
+                "destination": flight["destination"],
+                "flight_number": number,
+                "date": info["date"],
+                "price": price,
+            }
+        )
         all_dates.append(date_data)
         total_price += price * len(passengers)
     if insurance == "yes":
@@ -147,7 +196,8 @@ def book_reservation(tx: Tx, user_id: str, origin: str, destination: str, flight
     total_payment = sum(pm["amount"] for pm in payment_methods)
     if total_payment != total_price:
         raise DomainError(
-            f"Payment amount does not add up, total price is {total_price}, but paid {total_payment}"
+            "Payment amount does not add up, "
+            f"total price is {total_price}, but paid {total_payment}"
         )
     for pm in payment_methods:
         upm = user["payment_methods"][pm["payment_id"]]
@@ -159,7 +209,8 @@ def book_reservation(tx: Tx, user_id: str, origin: str, destination: str, flight
         date_data["available_seats"][cabin] -= len(passengers)
     tx.insert("reservations", reservation_id, reservation)
     user["reservations"].append(reservation_id)
-    return reservation
+    booked: dict[str, Any] = reservation
+    return booked
 
 
 @tool(TOOLS, "generic", "calculate", expression=str)
@@ -170,8 +221,10 @@ def _calculate(tx: Tx, expression: str) -> str:
 @tool(TOOLS, "write", reservation_id=str)
 def cancel_reservation(tx: Tx, reservation_id: str) -> dict[str, Any]:
     reservation = _reservation(tx, reservation_id)
-    refunds = [{"payment_id": p["payment_id"], "amount": -p["amount"]}
-               for p in reservation["payment_history"]]  # fmt: skip
+    refunds = [
+        {"payment_id": p["payment_id"], "amount": -p["amount"]}
+        for p in reservation["payment_history"]
+    ]
     reservation["payment_history"].extend(refunds)
     reservation["status"] = "cancelled"
     return reservation  # tau2: "Seats release not implemented for cancellation"
@@ -188,7 +241,7 @@ def get_user_details(tx: Tx, user_id: str) -> dict[str, Any]:
 
 
 @tool(TOOLS, "read")
-def list_all_airports(tx: Tx) -> list[dict[str, str]]:
+def list_all_airports(tx: Tx) -> Any:
     return json.loads(tx.meta["airports"])  # read from the wheel's tools.py at build time
 
 
@@ -198,15 +251,22 @@ def search_direct_flight(tx: Tx, origin: str, destination: str, date: str) -> li
 
 
 @tool(TOOLS, "read", origin=str, destination=str, date=str)
-def search_onestop_flight(tx: Tx, origin: str, destination: str, date: str) -> list[list[dict[str, Any]]]:  # fmt: skip
+def search_onestop_flight(
+    tx: Tx, origin: str, destination: str, date: str
+) -> list[list[dict[str, Any]]]:
     results = []
     for r1 in _search_direct(tx, date=date, origin=origin, destination=None):
         r1["date"] = date
-        date2 = (f"2024-05-{int(date[-2:]) + 1}" if "+1" in r1["scheduled_arrival_time_est"]
-                 else date)  # fmt: skip
-        for r2 in _search_direct(tx, date=date2, origin=r1["destination"],
-                                 destination=destination,
-                                 leave_after=r1["scheduled_arrival_time_est"]):  # fmt: skip
+        date2 = (
+            f"2024-05-{int(date[-2:]) + 1}" if "+1" in r1["scheduled_arrival_time_est"] else date
+        )
+        for r2 in _search_direct(
+            tx,
+            date=date2,
+            origin=r1["destination"],
+            destination=destination,
+            leave_after=r1["scheduled_arrival_time_est"],
+        ):
             r2["date"] = date2
             results.append([r1, r2])
     return results
@@ -218,8 +278,10 @@ def send_certificate(tx: Tx, user_id: str, amount: float) -> str:
     for payment_id in [f"certificate_{i}" for i in NEW_PAYMENT_IDS]:
         if payment_id not in user["payment_methods"]:
             user["payment_methods"][payment_id] = {
-                "id": payment_id, "amount": float(amount), "source": "certificate"
-            }  # fmt: skip
+                "id": payment_id,
+                "amount": float(amount),
+                "source": "certificate",
+            }
             return f"Certificate {payment_id} added to user {user_id} with amount {amount}."
     raise DomainError("Too many certificates")
 
@@ -229,10 +291,10 @@ def transfer_to_human_agents(tx: Tx, summary: str) -> str:
     return "Transfer successful"
 
 
-@tool(TOOLS, "write", reservation_id=str, total_baggages=int, nonfree_baggages=int,
-      payment_id=str)  # fmt: skip
-def update_reservation_baggages(tx: Tx, reservation_id: str, total_baggages: int,
-                                nonfree_baggages: int, payment_id: str) -> dict[str, Any]:  # fmt: skip
+@tool(TOOLS, "write", reservation_id=str, total_baggages=int, nonfree_baggages=int, payment_id=str)
+def update_reservation_baggages(
+    tx: Tx, reservation_id: str, total_baggages: int, nonfree_baggages: int, payment_id: str
+) -> dict[str, Any]:
     reservation = _reservation(tx, reservation_id)
     user = _user(tx, reservation["user_id"])
     total_price = 50 * max(0, nonfree_baggages - reservation["nonfree_baggages"])
@@ -244,19 +306,33 @@ def update_reservation_baggages(tx: Tx, reservation_id: str, total_baggages: int
     return reservation
 
 
-@tool(TOOLS, "write", reservation_id=str, cabin=s.CABIN, flights=s.ListOf(s.FLIGHT_INFO),
-      payment_id=str)  # fmt: skip
-def update_reservation_flights(tx: Tx, reservation_id: str, cabin: str,
-                               flights: list[dict[str, Any]], payment_id: str) -> dict[str, Any]:  # fmt: skip
+@tool(
+    TOOLS,
+    "write",
+    reservation_id=str,
+    cabin=s.CABIN,
+    flights=s.ListOf(s.FLIGHT_INFO),
+    payment_id=str,
+)
+def update_reservation_flights(
+    tx: Tx, reservation_id: str, cabin: str, flights: list[dict[str, Any]], payment_id: str
+) -> dict[str, Any]:
     reservation = _reservation(tx, reservation_id)
     user = _user(tx, reservation["user_id"])
     n = len(reservation["passengers"])
     total_price = 0
     new_flights = []
     for info in flights:
-        match = next((rf for rf in reservation["flights"]
-                      if rf["flight_number"] == info["flight_number"]
-                      and rf["date"] == info["date"] and cabin == reservation["cabin"]), None)  # fmt: skip
+        match = next(
+            (
+                rf
+                for rf in reservation["flights"]
+                if rf["flight_number"] == info["flight_number"]
+                and rf["date"] == info["date"]
+                and cabin == reservation["cabin"]
+            ),
+            None,
+        )
         if match:
             total_price += match["price"] * n
             new_flights.append(match)
@@ -269,9 +345,13 @@ def update_reservation_flights(tx: Tx, reservation_id: str, cabin: str,
             )
         if date_data["available_seats"][cabin] < n:
             raise DomainError(f"Not enough seats on flight {info['flight_number']}")
-        rf = {"flight_number": info["flight_number"], "date": info["date"],
-              "price": date_data["prices"][cabin], "origin": flight["origin"],
-              "destination": flight["destination"]}  # fmt: skip
+        rf = {
+            "flight_number": info["flight_number"],
+            "date": info["date"],
+            "price": date_data["prices"][cabin],
+            "origin": flight["origin"],
+            "destination": flight["destination"],
+        }
         total_price += rf["price"] * n
         new_flights.append(rf)
     total_price -= sum(f["price"] for f in reservation["flights"]) * n
@@ -284,8 +364,9 @@ def update_reservation_flights(tx: Tx, reservation_id: str, cabin: str,
 
 
 @tool(TOOLS, "write", reservation_id=str, passengers=s.ListOf(s.PASSENGER))
-def update_reservation_passengers(tx: Tx, reservation_id: str,
-                                  passengers: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+def update_reservation_passengers(
+    tx: Tx, reservation_id: str, passengers: list[dict[str, Any]]
+) -> dict[str, Any]:
     reservation = _reservation(tx, reservation_id)
     if len(passengers) != len(reservation["passengers"]):
         raise DomainError("Number of passengers does not match")
@@ -294,5 +375,5 @@ def update_reservation_passengers(tx: Tx, reservation_id: str,
 
 
 @tool(TOOLS, "read", flight_number=str, date=str)
-def get_flight_status(tx: Tx, flight_number: str, date: str) -> str:
+def get_flight_status(tx: Tx, flight_number: str, date: str) -> Any:
     return _flight_instance(tx, flight_number, date)["status"]

@@ -50,6 +50,13 @@ def call(
     def run(tx: Tx, **raw: Any) -> Any:
         return tool.fn(tx, **tool.bind(raw))
 
-    return store.write(name, run, args if isinstance(args, Mapping) else {"_": args},
-                       scope=scope, intent=intent, idempotency_key=idempotency_key,
-                       dedup=dedup, call_id=call_id)  # fmt: skip
+    return store.write(
+        name,
+        run,
+        args if isinstance(args, Mapping) else {"_": args},
+        scope=scope,
+        intent=intent,
+        idempotency_key=idempotency_key,
+        dedup=dedup,
+        call_id=call_id,
+    )

@@ -61,8 +61,15 @@ def duplicates(ledger: list[dict[str, Any]], expected: Counter[str]) -> list[dic
         seen[key] += 1
         first.setdefault(key, row["effect_id"])
         if seen[key] > expected.get(key, 0) and seen[key] > 1:
-            out.append({"effect_id": row["effect_id"], "tool": row["tool"], "intent": key,
-                        "repeats": first[key], "call_id": row["call_id"]})  # fmt: skip
+            out.append(
+                {
+                    "effect_id": row["effect_id"],
+                    "tool": row["tool"],
+                    "intent": key,
+                    "repeats": first[key],
+                    "call_id": row["call_id"],
+                }
+            )
     return out
 
 
@@ -79,7 +86,10 @@ def grade(store: Store, task: TauTask, scope: str) -> TauGrade:
         intended_effects=sum(task.expected_intents.values()),
         committed=len(changing),
         duplicates=duplicates(rows, task.expected_intents),
-        rejected=[{"effect_id": r["effect_id"], "tool": r["tool"], "error": r["error"]}
-                  for r in rows if r["outcome"] == "rejected"],  # fmt: skip
+        rejected=[
+            {"effect_id": r["effect_id"], "tool": r["tool"], "error": r["error"]}
+            for r in rows
+            if r["outcome"] == "rejected"
+        ],
         unchanged=sum(1 for r in rows if r["outcome"] == "committed" and not r["changed"]),
     )

@@ -5,23 +5,14 @@ named indirectly, the state before it). Grading (grade.py) counts a committed ca
 duplicate effect when it CHANGED the state and an earlier changing commit of the same scope
 has the same key, beyond the number of times the task's expected actions commit that key.
 A repeat the domain refuses (a ledger row `rejected`) or one that leaves the state as it was
-(`changed = 0`) is never a duplicate effect. The table (docs/TAU-LITE.md repeats it):
-
-| tool | intent key | a repeat of the same intent |
-|---|---|---|
-| airline `book_reservation` | user, flight type, cabin, the (flight, date) set, the passenger set | commits a second reservation, charges again: DUPLICATE |
-| airline `cancel_reservation` | reservation id | NOT refused by tau2: appends the refund of every payment again: DUPLICATE |
-| airline `send_certificate` | user, amount | adds a second certificate: DUPLICATE |
-| airline `update_reservation_baggages` | reservation, total, nonfree | charges max(0, new - current) = 0: no change |
-| airline `update_reservation_flights` | reservation, cabin, (flight, date) list | same flights keep their price, pays 0: no change |
-| airline `update_reservation_passengers` | reservation, passenger list | same list: no change |
-| retail `cancel_pending_order` | order id | refused: the order is no longer `pending` |
-| retail `return_delivered_order_items` | order id | refused: no longer `delivered` |
-| retail `exchange_delivered_order_items` | order id | refused: no longer `delivered` |
-| retail `modify_pending_order_items` | order id | refused: `pending (item modified)` is not `pending` |
-| retail `modify_pending_order_payment` | order id, payment method | refused: more than one payment now |
-| retail `modify_pending_order_address` | order id, address | same address: no change |
-| retail `modify_user_address` | user id, address | same address: no change |
+(`changed = 0`) is never a duplicate effect. The keys, and what a repeat of the same intent
+does (the table: docs/TAU-LITE.md):
+airline `book_reservation` (user, flight type, cabin, legs, passengers), `cancel_reservation`
+(reservation; tau2 does not refuse a repeat, it refunds every payment again) and
+`send_certificate` (user, amount) commit a second effect: duplicates. The airline updates
+(reservation + the new values) repeat to the same state: no change. Every retail write's repeat
+is refused (the status it needs is gone) or, for the two address tools, repeats to the same
+state.
 """
 
 from __future__ import annotations
@@ -40,14 +31,21 @@ def _key(*parts: Any) -> str:
 
 
 def _people(passengers: Any) -> list[list[str]]:
-    return sorted([str(p.get("first_name", "")).strip().lower(),
-                   str(p.get("last_name", "")).strip().lower(), str(p.get("dob", ""))]
-                  for p in passengers if isinstance(p, Mapping))  # fmt: skip
+    return sorted(
+        [
+            str(p.get("first_name", "")).strip().lower(),
+            str(p.get("last_name", "")).strip().lower(),
+            str(p.get("dob", "")),
+        ]
+        for p in passengers
+        if isinstance(p, Mapping)
+    )
 
 
 def _legs(flights: Any) -> list[list[str]]:
-    return sorted([str(f.get("flight_number")), str(f.get("date"))]
-                  for f in flights if isinstance(f, Mapping))  # fmt: skip
+    return sorted(
+        [str(f.get("flight_number")), str(f.get("date"))] for f in flights if isinstance(f, Mapping)
+    )
 
 
 def _address(a: Mapping[str, Any]) -> list[Any]:
@@ -57,16 +55,24 @@ def _address(a: Mapping[str, Any]) -> list[Any]:
 INTENTS: dict[str, dict[str, Intent]] = {
     "airline": {
         "book_reservation": lambda tx, a: _key(
-            "book", a["user_id"], a["flight_type"], a["cabin"], _legs(a["flights"]),
-            _people(a["passengers"])),
+            "book",
+            a["user_id"],
+            a["flight_type"],
+            a["cabin"],
+            _legs(a["flights"]),
+            _people(a["passengers"]),
+        ),
         "cancel_reservation": lambda tx, a: _key("cancel", a["reservation_id"]),
         "send_certificate": lambda tx, a: _key("certificate", a["user_id"], float(a["amount"])),
         "update_reservation_baggages": lambda tx, a: _key(
-            "baggages", a["reservation_id"], a["total_baggages"], a["nonfree_baggages"]),
+            "baggages", a["reservation_id"], a["total_baggages"], a["nonfree_baggages"]
+        ),
         "update_reservation_flights": lambda tx, a: _key(
-            "flights", a["reservation_id"], a["cabin"], _legs(a["flights"])),
+            "flights", a["reservation_id"], a["cabin"], _legs(a["flights"])
+        ),
         "update_reservation_passengers": lambda tx, a: _key(
-            "passengers", a["reservation_id"], _people(a["passengers"])),
+            "passengers", a["reservation_id"], _people(a["passengers"])
+        ),
     },
     "retail": {
         "cancel_pending_order": lambda tx, a: _key("cancel", a["order_id"]),
@@ -74,9 +80,11 @@ INTENTS: dict[str, dict[str, Intent]] = {
         "exchange_delivered_order_items": lambda tx, a: _key("exchange", a["order_id"]),
         "modify_pending_order_items": lambda tx, a: _key("modify_items", a["order_id"]),
         "modify_pending_order_payment": lambda tx, a: _key(
-            "payment", a["order_id"], a["payment_method_id"]),
+            "payment", a["order_id"], a["payment_method_id"]
+        ),
         "modify_pending_order_address": lambda tx, a: _key(
-            "order_address", a["order_id"], _address(a)),
+            "order_address", a["order_id"], _address(a)
+        ),
         "modify_user_address": lambda tx, a: _key("user_address", a["user_id"], _address(a)),
     },
-}  # fmt: skip
+}

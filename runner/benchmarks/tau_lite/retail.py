@@ -45,14 +45,14 @@ def _product(tx: Tx, product_id: str) -> dict[str, Any]:
     return product
 
 
-def _variant(tx: Tx, product_id: str, variant_id: str) -> dict[str, Any]:
+def _variant(tx: Tx, product_id: str, variant_id: str) -> Any:
     product = _product(tx, product_id)
     if variant_id not in product["variants"]:
         raise DomainError("Variant not found")
     return product["variants"][variant_id]
 
 
-def _payment_method(tx: Tx, user_id: str, payment_method_id: str) -> dict[str, Any]:
+def _payment_method(tx: Tx, user_id: str, payment_method_id: str) -> Any:
     user = _user(tx, user_id)
     if payment_method_id not in user["payment_methods"]:
         raise DomainError("Payment method not found")
@@ -60,7 +60,7 @@ def _payment_method(tx: Tx, user_id: str, payment_method_id: str) -> dict[str, A
 
 
 def _is_gift_card(method: dict[str, Any]) -> bool:
-    return method["source"] == "gift_card"
+    return bool(method["source"] == "gift_card")
 
 
 @tool(TOOLS, "generic", "calculate", expression=str)
@@ -78,8 +78,9 @@ def cancel_pending_order(tx: Tx, order_id: str, reason: str) -> dict[str, Any]:
     refunds = []
     for payment in order["payment_history"]:
         pid = payment["payment_method_id"]
-        refunds.append({"transaction_type": "refund", "amount": payment["amount"],
-                        "payment_method_id": pid})  # fmt: skip
+        refunds.append(
+            {"transaction_type": "refund", "amount": payment["amount"], "payment_method_id": pid}
+        )
         user = _user(tx, order["user_id"])
         method = _payment_method(tx, user["user_id"], pid)
         if _is_gift_card(method):
@@ -98,10 +99,17 @@ def _check_items(order: dict[str, Any], item_ids: list[str], message: str) -> No
             raise DomainError(message.format(item_id=item_id))
 
 
-@tool(TOOLS, "write", order_id=str, item_ids=s.ListOf(str), new_item_ids=s.ListOf(str),
-      payment_method_id=str)  # fmt: skip
-def exchange_delivered_order_items(tx: Tx, order_id: str, item_ids: list[str],
-                                   new_item_ids: list[str], payment_method_id: str) -> dict[str, Any]:  # fmt: skip
+@tool(
+    TOOLS,
+    "write",
+    order_id=str,
+    item_ids=s.ListOf(str),
+    new_item_ids=s.ListOf(str),
+    payment_method_id=str,
+)
+def exchange_delivered_order_items(
+    tx: Tx, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
+) -> dict[str, Any]:
     order = _order(tx, order_id)
     if order["status"] != "delivered":
         raise DomainError("Non-delivered order cannot be exchanged")
@@ -132,9 +140,11 @@ def exchange_delivered_order_items(tx: Tx, order_id: str, item_ids: list[str],
 @tool(TOOLS, "read", first_name=str, last_name=str, zip=str)
 def find_user_id_by_name_zip(tx: Tx, first_name: str, last_name: str, zip: str) -> str:
     for user in tx.scan("users"):
-        if (user["name"]["first_name"].lower() == first_name.lower()
-                and user["name"]["last_name"].lower() == last_name.lower()
-                and user["address"]["zip"] == zip):  # fmt: skip
+        if (
+            user["name"]["first_name"].lower() == first_name.lower()
+            and user["name"]["last_name"].lower() == last_name.lower()
+            and user["address"]["zip"] == zip
+        ):
             return str(user["user_id"])
     raise DomainError("User not found")
 
@@ -167,17 +177,30 @@ def list_all_product_types(tx: Tx) -> str:
     return json.dumps({p["name"]: p["product_id"] for p in tx.scan("products")}, sort_keys=True)
 
 
-_ADDRESS = {"address1": str, "address2": str, "city": str, "state": str, "country": str,
-            "zip": str}  # fmt: skip
+_ADDRESS: dict[str, Any] = {
+    "address1": str,
+    "address2": str,
+    "city": str,
+    "state": str,
+    "country": str,
+    "zip": str,
+}
 
 
-def _address(address1: str, address2: str, city: str, state: str, country: str,
-             zip: str) -> dict[str, str]:  # fmt: skip
-    return {"address1": address1, "address2": address2, "city": city, "state": state,
-            "country": country, "zip": zip}  # fmt: skip
+def _address(
+    address1: str, address2: str, city: str, state: str, country: str, zip: str
+) -> dict[str, str]:
+    return {
+        "address1": address1,
+        "address2": address2,
+        "city": city,
+        "state": state,
+        "country": country,
+        "zip": zip,
+    }
 
 
-@tool(TOOLS, "write", order_id=str, **_ADDRESS)
+@tool(TOOLS, "write", None, order_id=str, **_ADDRESS)
 def modify_pending_order_address(tx: Tx, order_id: str, **address: str) -> dict[str, Any]:
     order = _order(tx, order_id)
     if "pending" not in order["status"]:
@@ -186,10 +209,17 @@ def modify_pending_order_address(tx: Tx, order_id: str, **address: str) -> dict[
     return order
 
 
-@tool(TOOLS, "write", order_id=str, item_ids=s.ListOf(str), new_item_ids=s.ListOf(str),
-      payment_method_id=str)  # fmt: skip
-def modify_pending_order_items(tx: Tx, order_id: str, item_ids: list[str], new_item_ids: list[str],
-                               payment_method_id: str) -> dict[str, Any]:  # fmt: skip
+@tool(
+    TOOLS,
+    "write",
+    order_id=str,
+    item_ids=s.ListOf(str),
+    new_item_ids=s.ListOf(str),
+    payment_method_id=str,
+)
+def modify_pending_order_items(
+    tx: Tx, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
+) -> dict[str, Any]:
     order = _order(tx, order_id)
     if order["status"] != "pending":
         raise DomainError("Non-pending order cannot be modified")
@@ -211,10 +241,13 @@ def modify_pending_order_items(tx: Tx, order_id: str, item_ids: list[str], new_i
     method = _payment_method(tx, order["user_id"], payment_method_id)
     if _is_gift_card(method) and method["balance"] < diff_price:
         raise DomainError("Insufficient gift card balance to pay for the new item")
-    order["payment_history"].append({
-        "transaction_type": "payment" if diff_price > 0 else "refund",
-        "amount": float(abs(diff_price)), "payment_method_id": payment_method_id,
-    })  # fmt: skip
+    order["payment_history"].append(
+        {
+            "transaction_type": "payment" if diff_price > 0 else "refund",
+            "amount": float(abs(diff_price)),
+            "payment_method_id": payment_method_id,
+        }
+    )
     if _is_gift_card(method):
         method["balance"] -= diff_price
         method["balance"] = round(method["balance"], 2)
@@ -244,11 +277,20 @@ def modify_pending_order_payment(tx: Tx, order_id: str, payment_method_id: str) 
     amount = history[0]["amount"]
     if _is_gift_card(method) and method["balance"] < amount:
         raise DomainError("Insufficient gift card balance to pay for the order")
-    history.extend([
-        {"transaction_type": "payment", "amount": amount, "payment_method_id": payment_method_id},
-        {"transaction_type": "refund", "amount": amount,
-         "payment_method_id": history[0]["payment_method_id"]},
-    ])  # fmt: skip
+    history.extend(
+        [
+            {
+                "transaction_type": "payment",
+                "amount": amount,
+                "payment_method_id": payment_method_id,
+            },
+            {
+                "transaction_type": "refund",
+                "amount": amount,
+                "payment_method_id": history[0]["payment_method_id"],
+            },
+        ]
+    )
     if _is_gift_card(method):
         method["balance"] -= amount
         method["balance"] = round(method["balance"], 2)
@@ -259,7 +301,7 @@ def modify_pending_order_payment(tx: Tx, order_id: str, payment_method_id: str) 
     return order
 
 
-@tool(TOOLS, "write", user_id=str, **_ADDRESS)
+@tool(TOOLS, "write", None, user_id=str, **_ADDRESS)
 def modify_user_address(tx: Tx, user_id: str, **address: str) -> dict[str, Any]:
     user = _user(tx, user_id)
     user["address"] = _address(**address)
@@ -267,8 +309,9 @@ def modify_user_address(tx: Tx, user_id: str, **address: str) -> dict[str, Any]:
 
 
 @tool(TOOLS, "write", order_id=str, item_ids=s.ListOf(str), payment_method_id=str)
-def return_delivered_order_items(tx: Tx, order_id: str, item_ids: list[str],
-                                 payment_method_id: str) -> dict[str, Any]:  # fmt: skip
+def return_delivered_order_items(
+    tx: Tx, order_id: str, item_ids: list[str], payment_method_id: str
+) -> dict[str, Any]:
     order = _order(tx, order_id)
     if order["status"] != "delivered":
         raise DomainError("Non-delivered order cannot be returned")
@@ -276,7 +319,10 @@ def return_delivered_order_items(tx: Tx, order_id: str, item_ids: list[str],
     method = _payment_method(tx, user["user_id"], payment_method_id)
     if not order["payment_history"]:
         raise DomainError("Order has no payment")  # tau2: IndexError on payment_history[0]
-    if not _is_gift_card(method) and payment_method_id != order["payment_history"][0]["payment_method_id"]:
+    if (
+        not _is_gift_card(method)
+        and payment_method_id != order["payment_history"][0]["payment_method_id"]
+    ):
         raise DomainError("Payment method should be the original payment method")
     _check_items(order, item_ids, "Some item not found")
     order["status"] = "return requested"

@@ -231,23 +231,42 @@ RETAIL_USER = Model(
     }
 )
 ORDER_STATUS = Literal(
-    ("processed", "pending", "pending (item modified)", "delivered", "cancelled",
-     "exchange requested", "return requested")
-)  # fmt: skip
+    (
+        "processed",
+        "pending",
+        "pending (item modified)",
+        "delivered",
+        "cancelled",
+        "exchange requested",
+        "return requested",
+    )
+)
 ORDER = Model(
     {
         "order_id": str,
         "user_id": str,
         "address": RETAIL_ADDRESS,
         "items": ListOf(
-            Model({"name": str, "product_id": str, "item_id": str, "price": float,
-                   "options": DictOf(str)})  # fmt: skip
+            Model(
+                {
+                    "name": str,
+                    "product_id": str,
+                    "item_id": str,
+                    "price": float,
+                    "options": DictOf(str),
+                }
+            )
         ),
         "status": ORDER_STATUS,
         "fulfillments": ListOf(Model({"tracking_id": ListOf(str), "item_ids": ListOf(str)})),
         "payment_history": ListOf(
-            Model({"transaction_type": Literal(("payment", "refund")), "amount": float,
-                   "payment_method_id": str})  # fmt: skip
+            Model(
+                {
+                    "transaction_type": Literal(("payment", "refund")),
+                    "amount": float,
+                    "payment_method_id": str,
+                }
+            )
         ),
     },
     optional={
@@ -278,6 +297,7 @@ COLLECTIONS: dict[str, dict[str, tuple[Model, str]]] = {
 
 def normalize_db(domain: str, data: Any) -> dict[str, dict[str, dict[str, Any]]]:
     """db.json as tau2's `DB.model_validate(...).model_dump()` would give it."""
-    root = Model({name: DictOf(spec) for name, (spec, _) in COLLECTIONS[domain].items()},
-                 forbid_extra=True)  # fmt: skip
+    root = Model(
+        {name: DictOf(spec) for name, (spec, _) in COLLECTIONS[domain].items()}, forbid_extra=True
+    )
     return coerce(root, data, f"{domain}/db.json")

@@ -95,6 +95,10 @@ _COLUMNS: dict[str, dict[str, tuple[str, dict[str, str]]]] = {
 }
 
 
+def _insert_sql(table: str, names: list[str]) -> str:
+    return f"INSERT INTO {table}({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
+
+
 def row_text(doc: Any) -> str:
     """A row as tau2's hash dumps it: json.dumps defaults, keys sorted."""
     return json.dumps(doc, sort_keys=True)
@@ -145,7 +149,7 @@ class Tx:
     def _key_col(self, table: str) -> str:
         return _COLUMNS[self._domain][table][0]
 
-    def get(self, table: str, key: str) -> Any | None:
+    def get(self, table: str, key: str) -> dict[str, Any] | None:
         """The live (mutable) row, None when absent; changes are written by `flush`."""
         if not isinstance(key, str):
             return None
@@ -157,7 +161,8 @@ class Tx:
             if row is None:
                 return None
             self._loaded[(table, key)] = (row[0], json.loads(row[0]))
-        return self._loaded[(table, key)][1]
+        live: dict[str, Any] = self._loaded[(table, key)][1]
+        return live
 
     def scan(self, table: str) -> Iterator[Any]:
         """Every row in db.json order (read-only: not written back)."""
@@ -178,10 +183,12 @@ class Tx:
             key_col, mirrors = _COLUMNS[self._domain][table]
             cols = {name: doc.get(field) for name, field in mirrors.items()}
             if original is None:
-                (ord_,) = self._conn.execute(f"SELECT COALESCE(MAX(ord), -1) + 1 FROM {table}").fetchone()
+                (ord_,) = self._conn.execute(
+                    f"SELECT COALESCE(MAX(ord), -1) + 1 FROM {table}"
+                ).fetchone()
                 names = [key_col, "ord", *cols, "doc"]
                 self._conn.execute(
-                    f"INSERT INTO {table}({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+                    _insert_sql(table, names),
                     (key, ord_, *cols.values(), text),
                 )
             else:
@@ -217,8 +224,9 @@ class Store:
         self.domain = self.meta["domain"]
 
     @classmethod
-    def create(cls, path: Path, domain: str, db: Any, meta: Mapping[str, str] | None = None,
-               **kw: Any) -> Store:  # fmt: skip
+    def create(
+        cls, path: Path, domain: str, db: Any, meta: Mapping[str, str] | None = None, **kw: Any
+    ) -> Store:
         """A new store at `path` holding db.json `db` (normalized as tau2 loads it)."""
         doc = normalize_db(domain, db)
         path = Path(path)
@@ -233,11 +241,14 @@ class Store:
                     conn.execute(stmt)
             for table, (key_col, mirrors) in _COLUMNS[domain].items():
                 names = [key_col, "ord", *mirrors, "doc"]
-                sql = f"INSERT INTO {table}({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
-                conn.executemany(sql, [
-                    (key, i, *(row.get(f) for f in mirrors.values()), row_text(row))
-                    for i, (key, row) in enumerate(doc[table].items())
-                ])  # fmt: skip
+                sql = _insert_sql(table, names)
+                conn.executemany(
+                    sql,
+                    [
+                        (key, i, *(row.get(f) for f in mirrors.values()), row_text(row))
+                        for i, (key, row) in enumerate(doc[table].items())
+                    ],
+                )
             all_meta = {"schema_version": SCHEMA_VERSION, "domain": domain, **(meta or {})}
             conn.executemany("INSERT INTO meta VALUES (?, ?)", sorted(all_meta.items()))
             conn.execute("COMMIT")
@@ -332,21 +343,32 @@ class Store:
                     ).fetchone()
                     if prior is not None:
                         self._conn.execute("ROLLBACK")
-                        return CallOutcome(tool, True, json.loads(prior[1]), effect_id=prior[0],
-                                           replayed=True)  # fmt: skip
+                        return CallOutcome(
+                            tool, True, json.loads(prior[1]), effect_id=prior[0], replayed=True
+                        )
                 tx = Tx(self._conn, self.domain, self.meta)
                 try:
                     key = intent(tx, args) if intent is not None else None  # the state before
                     result = fn(tx, **args)
                 except DomainError as exc:
                     self._conn.execute("ROLLBACK")
-                    return self._journal_rejection(tool, args_text, scope, str(exc),
-                                                   idempotency_key, call_id)  # fmt: skip
+                    return self._journal_rejection(
+                        tool, args_text, scope, str(exc), idempotency_key, call_id
+                    )
                 changed = tx.flush()
                 self._step("state_written")
-                effect_id = self._append(scope, tool, args_text, "committed", changed, key,
-                                         json.dumps(result, sort_keys=True), None,
-                                         idempotency_key, call_id)  # fmt: skip
+                effect_id = self._append(
+                    scope,
+                    tool,
+                    args_text,
+                    "committed",
+                    changed,
+                    key,
+                    json.dumps(result, sort_keys=True),
+                    None,
+                    idempotency_key,
+                    call_id,
+                )
                 self._step("ledger_written")
                 self._conn.execute("COMMIT")
             except BaseException:
@@ -355,30 +377,70 @@ class Store:
                 raise
         return CallOutcome(tool, True, result, effect_id=effect_id, changed=changed)
 
-    def _journal_rejection(self, tool: str, args_text: str, scope: str, error: str,
-                           idempotency_key: str | None, call_id: str | None) -> CallOutcome:  # fmt: skip
+    def _journal_rejection(
+        self,
+        tool: str,
+        args_text: str,
+        scope: str,
+        error: str,
+        idempotency_key: str | None,
+        call_id: str | None,
+    ) -> CallOutcome:
         self._conn.execute("BEGIN IMMEDIATE")
         try:
-            effect_id = self._append(scope, tool, args_text, "rejected", False, None, None,
-                                     error, idempotency_key, call_id)  # fmt: skip
+            effect_id = self._append(
+                scope,
+                tool,
+                args_text,
+                "rejected",
+                False,
+                None,
+                None,
+                error,
+                idempotency_key,
+                call_id,
+            )
             self._conn.execute("COMMIT")
         except BaseException:
             self._conn.execute("ROLLBACK")
             raise
         return CallOutcome(tool, False, error=error, effect_id=effect_id)
 
-    def _append(self, scope: str, tool: str, args_text: str, outcome: str, changed: bool,
-                intent: str | None, result: str | None, error: str | None,
-                idempotency_key: str | None, call_id: str | None) -> str:  # fmt: skip
+    def _append(
+        self,
+        scope: str,
+        tool: str,
+        args_text: str,
+        outcome: str,
+        changed: bool,
+        intent: str | None,
+        result: str | None,
+        error: str | None,
+        idempotency_key: str | None,
+        call_id: str | None,
+    ) -> str:
         (seq,) = self._conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM ledger").fetchone()
         effect_id = f"eff-{seq:08d}"
         self._conn.execute(
             "INSERT INTO ledger(seq, effect_id, scope, tool, arguments, outcome, changed, intent,"
             " result, error, idempotency_key, call_id, committed_at_ns)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (seq, effect_id, scope, tool, args_text, outcome, int(changed), intent, result,
-             error, idempotency_key, call_id, str(time.time_ns())),
-        )  # fmt: skip
+            (
+                seq,
+                effect_id,
+                scope,
+                tool,
+                args_text,
+                outcome,
+                int(changed),
+                intent,
+                result,
+                error,
+                idempotency_key,
+                call_id,
+                str(time.time_ns()),
+            ),
+        )
         return effect_id
 
     def _step(self, name: str) -> None:

