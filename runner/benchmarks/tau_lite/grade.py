@@ -73,11 +73,22 @@ def duplicates(ledger: list[dict[str, Any]], expected: Counter[str]) -> list[dic
     return out
 
 
+def final_state(rows: list[dict[str, Any]], pristine_hash: str) -> str:
+    """The state an attempt's store ends in, from its ledger alone: the `state_after` of the
+    last commit (a refused call changes nothing), the pristine state when nothing committed.
+    One store per attempt, so the attempt's scope holds every commit."""
+    committed = [r for r in rows if r["outcome"] == "committed"]
+    return str(committed[-1]["state_after"]) if committed else pristine_hash
+
+
 def grade(store: Store, task: TauTask, scope: str) -> TauGrade:
     if store.domain != task.domain:
         raise ValueError(f"{store.path}: a {store.domain} store cannot grade {task.id}")
-    rows = store.ledger(scope)
-    state = store.state_hash()
+    return grade_ledger(store.ledger(scope), task, store.state_hash())
+
+
+def grade_ledger(rows: list[dict[str, Any]], task: TauTask, state: str) -> TauGrade:
+    """The grade of one scope's ledger rows, given the final state's hash."""
     changing = [r for r in rows if r["outcome"] == "committed" and r["changed"]]
     return TauGrade(
         completed=state == task.gold_hash,

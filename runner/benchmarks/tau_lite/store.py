@@ -28,7 +28,7 @@ from typing import Any
 
 from runner.benchmarks.tau_lite.schema import COLLECTIONS, normalize_db
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 
 DDL: dict[str, str] = {
     "airline": """
@@ -71,12 +71,14 @@ CREATE TABLE ledger(
   outcome TEXT NOT NULL CHECK (outcome IN ('committed', 'rejected')),
   changed INTEGER NOT NULL CHECK (changed IN (0, 1)),
   intent TEXT,
+  state_after TEXT,
   result TEXT,
   error TEXT,
   idempotency_key TEXT,
   call_id TEXT,
   committed_at_ns TEXT NOT NULL,
-  CHECK ((outcome = 'committed') = (error IS NULL)));
+  CHECK ((outcome = 'committed') = (error IS NULL)),
+  CHECK ((outcome = 'committed') = (state_after IS NOT NULL)));
 CREATE INDEX ledger_scope ON ledger(scope, seq);
 """
 
@@ -277,13 +279,16 @@ class Store:
         return json.loads(self._canonical())
 
     def _canonical(self) -> str:
-        parts = []
         with self._lock:
-            for table in sorted(COLLECTIONS[self.domain]):
-                key_col = _COLUMNS[self.domain][table][0]
-                rows = self._conn.execute(f"SELECT {key_col}, doc FROM {table} ORDER BY {key_col}")
-                inner = ", ".join(f"{json.dumps(k)}: {d}" for k, d in rows)
-                parts.append(f"{json.dumps(table)}: {{{inner}}}")
+            return self._canonical_locked()
+
+    def _canonical_locked(self) -> str:
+        parts = []
+        for table in sorted(COLLECTIONS[self.domain]):
+            key_col = _COLUMNS[self.domain][table][0]
+            rows = self._conn.execute(f"SELECT {key_col}, doc FROM {table} ORDER BY {key_col}")
+            inner = ", ".join(f"{json.dumps(k)}: {d}" for k, d in rows)
+            parts.append(f"{json.dumps(table)}: {{{inner}}}")
         return "{" + ", ".join(parts) + "}"
 
     def state_hash(self) -> str:
@@ -357,6 +362,9 @@ class Store:
                     )
                 changed = tx.flush()
                 self._step("state_written")
+                # the state this commit leaves (tau2's hash), read inside the same transaction:
+                # the ledger alone says what the final state is (grading reads only the ledger)
+                after = hashlib.sha256(self._canonical_locked().encode()).hexdigest()
                 effect_id = self._append(
                     scope,
                     tool,
@@ -364,6 +372,7 @@ class Store:
                     "committed",
                     changed,
                     key,
+                    after,
                     json.dumps(result, sort_keys=True),
                     None,
                     idempotency_key,
@@ -396,6 +405,7 @@ class Store:
                 False,
                 None,
                 None,
+                None,
                 error,
                 idempotency_key,
                 call_id,
@@ -414,6 +424,7 @@ class Store:
         outcome: str,
         changed: bool,
         intent: str | None,
+        state_after: str | None,
         result: str | None,
         error: str | None,
         idempotency_key: str | None,
@@ -423,8 +434,8 @@ class Store:
         effect_id = f"eff-{seq:08d}"
         self._conn.execute(
             "INSERT INTO ledger(seq, effect_id, scope, tool, arguments, outcome, changed, intent,"
-            " result, error, idempotency_key, call_id, committed_at_ns)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " state_after, result, error, idempotency_key, call_id, committed_at_ns)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 seq,
                 effect_id,
@@ -434,6 +445,7 @@ class Store:
                 outcome,
                 int(changed),
                 intent,
+                state_after,
                 result,
                 error,
                 idempotency_key,
