@@ -300,4 +300,5 @@ def normalize_db(domain: str, data: Any) -> dict[str, dict[str, dict[str, Any]]]
     root = Model(
         {name: DictOf(spec) for name, (spec, _) in COLLECTIONS[domain].items()}, forbid_extra=True
     )
-    return coerce(root, data, f"{domain}/db.json")
+    doc: dict[str, dict[str, dict[str, Any]]] = coerce(root, data, f"{domain}/db.json")
+    return doc

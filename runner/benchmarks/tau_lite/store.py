@@ -276,7 +276,8 @@ class Store:
 
     def document(self) -> dict[str, dict[str, Any]]:
         """The whole DB as tau2's model_dump (for diffs; the hash does not build it)."""
-        return json.loads(self._canonical())
+        doc: dict[str, dict[str, Any]] = json.loads(self._canonical())
+        return doc
 
     def _canonical(self) -> str:
         with self._lock:
