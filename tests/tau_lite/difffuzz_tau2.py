@@ -55,8 +55,11 @@ def main(wheel_path: Path, n: int, seed: int) -> int:
     divergences = calls = 0
     for i in range(n):
         domain = rng.choice(list(wheel.DOMAINS))
-        raw = [a for t in wheel.load_domain(wheel_path, domain).tasks
-               for a in t["evaluation_criteria"]["actions"] or []]
+        raw = [
+            a
+            for t in wheel.load_domain(wheel_path, domain).tasks
+            for a in t["evaluation_criteria"]["actions"] or []
+        ]
         seq = []
         for _ in range(rng.randint(1, 10)):
             a = rng.choice(raw)
@@ -88,8 +91,20 @@ def main(wheel_path: Path, n: int, seed: int) -> int:
             same_state = env.get_db_hash() == store.state_hash()
             if not (same_outcome and same_state):
                 divergences += 1
-                print(json.dumps({"domain": domain, "call": name, "args": args, "tau2": theirs,
-                                  "port": ours, "same_state": same_state}, default=str)[:3000], flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "domain": domain,
+                            "call": name,
+                            "args": args,
+                            "tau2": theirs,
+                            "port": ours,
+                            "same_state": same_state,
+                        },
+                        default=str,
+                    )[:3000],
+                    flush=True,
+                )
                 break  # the states differ from here on: next sequence
         store.close()
         if i % 20 == 19:
@@ -99,4 +114,6 @@ def main(wheel_path: Path, n: int, seed: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 0))
+    sys.exit(
+        main(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 0)
+    )

@@ -88,3 +88,28 @@ INTENTS: dict[str, dict[str, Intent]] = {
         "modify_user_address": lambda tx, a: _key("user_address", a["user_id"], _address(a)),
     },
 }
+
+
+# What repeating a committed call with the same arguments does, per write tool (the docs'
+# table; tests/tau_lite/test_intents.py repeats every kept task's every expected write and
+# checks the outcome is one of these): "duplicate" commits a second effect, "unchanged"
+# commits leaving the state as it was, "refused" is journaled as rejected.
+REPEAT: dict[str, dict[str, frozenset[str]]] = {
+    "airline": {
+        "book_reservation": frozenset({"duplicate", "refused"}),  # refused: seats ran out
+        "cancel_reservation": frozenset({"duplicate"}),
+        "send_certificate": frozenset({"duplicate"}),
+        "update_reservation_baggages": frozenset({"unchanged"}),
+        "update_reservation_flights": frozenset({"unchanged"}),
+        "update_reservation_passengers": frozenset({"unchanged"}),
+    },
+    "retail": {
+        "cancel_pending_order": frozenset({"refused"}),
+        "return_delivered_order_items": frozenset({"refused"}),
+        "exchange_delivered_order_items": frozenset({"refused"}),
+        "modify_pending_order_items": frozenset({"refused"}),
+        "modify_pending_order_payment": frozenset({"refused"}),
+        "modify_pending_order_address": frozenset({"unchanged"}),
+        "modify_user_address": frozenset({"unchanged"}),
+    },
+}
