@@ -115,3 +115,60 @@ def test_idempotency_keys_when_the_capability_is_on(sets, tmp_path: Path) -> Non
         items, _ = make_read_ledger(dest.address)(SCOPE)
     assert (s1, s2) == (201, 200) and b2["replayed"] and b1["effect_id"] == b2["effect_id"]
     assert items is not None and len(items) == 1
+
+
+def test_concurrent_writes_serialize_on_the_store(sets, tmp_path: Path) -> None:
+    """Eight clients at once send a certificate to one user: tau2 hands out three certificate
+    ids, so exactly three commit, five are refused ("Too many certificates"), and the ledger
+    and the state agree."""
+    import threading
+
+    path = _copy(sets, "airline", tmp_path / "c.db")
+    results: list[int] = []
+    with TauDestination(path) as dest:
+
+        def send(i: int) -> None:
+            status, _ = _post(
+                dest.address,
+                "/effects/send_certificate",
+                {"scope": SCOPE, "payload": {"user_id": "mia_li_3668", "amount": i}},
+            )
+            results.append(status)
+
+        threads = [threading.Thread(target=send, args=(i + 1,)) for i in range(8)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(30)
+        items, _ = make_read_ledger(dest.address)(SCOPE)
+    assert sorted(results) == [201] * 3 + [422] * 5
+    assert items is not None and len(items) == 3
+    store = Store(path)
+    try:
+        user = store.read(lambda tx: tx.get("users", "mia_li_3668"), {})
+        certs = {k for k in user["payment_methods"] if k.startswith("certificate_322132")}
+        assert certs == {"certificate_3221322", "certificate_3221323", "certificate_3221324"}
+        assert store.state_hash() == items[-1]["state_after"]
+    finally:
+        store.close()
+
+
+def test_a_commit_survives_a_destination_restart(sets, tmp_path: Path) -> None:
+    t = sets["airline"].tasks["airline-8"]
+    book = next(a for a in t.actions if a.name == "book_reservation")
+    path = _copy(sets, "airline", tmp_path / "s.db")
+    with TauDestination(path) as dest:
+        status, body = _post(
+            dest.address, "/effects/book_reservation", {"scope": SCOPE, "payload": book.arguments}
+        )
+        assert status == 201
+    with TauDestination(path) as dest:  # a new server over the same file
+        items, _ = make_read_ledger(dest.address)(SCOPE)
+        status, again = _post(
+            dest.address,
+            "/tools/get_reservation_details",
+            {"arguments": {"reservation_id": body["result"]["reservation_id"]}},
+        )
+    assert items is not None and [i["effect_id"] for i in items] == [body["effect_id"]]
+    assert status == 200 and again["result"] == body["result"]
+    assert final_state(items, sets["airline"].pristine_hash) == t.gold_hash
