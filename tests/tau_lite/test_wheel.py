@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import zipfile
@@ -72,3 +73,34 @@ def test_the_pinned_wheel_verifies_and_names_its_licences(wheel_path: Path) -> N
     with pytest.raises(WheelError):
         wheel.verify(wheel_path, other)
     assert os.path.getsize(wheel_path) > 1_000_000
+
+
+def _wheel_with(tmp_path: Path, src: Path, replace: dict[str, bytes]) -> Path:
+    out = tmp_path / "edited.whl"
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(out, "w") as zout:
+        for item in zin.infolist():
+            zout.writestr(item, replace.get(item.filename, zin.read(item)))
+    return out
+
+
+def test_bad_data_in_a_wheel_is_named_by_file_and_key(wheel_path: Path, tmp_path: Path) -> None:
+    """What the builder says of a wheel whose data does not fit (verified wheels never do: the
+    pin is checked first by `tasks.build`; `build_domain` is given this one directly)."""
+    from runner.benchmarks.tau_lite import tasks
+
+    base = "tau2/data/tau2/domains/airline"
+    db = json.loads(wheel.read_member(wheel_path, f"{base}/db.json"))
+    db["users"]["mia_li_3668"]["membership"] = "platinum"
+    bad_db = _wheel_with(tmp_path, wheel_path, {f"{base}/db.json": json.dumps(db).encode()})
+    with pytest.raises(WheelError, match=r"airline/db\.json\.users\.mia_li_3668\.membership"):
+        tasks.build_domain(bad_db, "airline", tmp_path / "a")
+    raw = json.loads(wheel.read_member(wheel_path, f"{base}/tasks.json"))
+    del raw[3]["user_scenario"]
+    (tmp_path / "b").mkdir()
+    bad_tasks = _wheel_with(
+        tmp_path / "b", wheel_path, {f"{base}/tasks.json": json.dumps(raw).encode()}
+    )
+    with pytest.raises(
+        WheelError, match=r"airline/tasks\.json\[3\]\.user_scenario: Field required"
+    ):
+        tasks.build_domain(bad_tasks, "airline", tmp_path / "c")

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from runner.benchmarks.tau_lite import domains, wheel
+from runner.benchmarks.tau_lite.schema import SchemaError
 from runner.benchmarks.tau_lite.store import Store
 
 REPLAY_SCOPE = "gold"
@@ -137,11 +138,24 @@ def build_domain(wheel_path: Path, domain: str, workdir: Path) -> DomainSet:
         "wheel_sha256": wheel.sha256_file(wheel_path),
         "airports": json.dumps(airports(wheel_path)) if domain == "airline" else "[]",
     }
+    workdir.mkdir(parents=True, exist_ok=True)
     pristine = workdir / f"{domain}.pristine.db"
-    store = Store.create(pristine, domain, data.db, meta)
+    try:
+        store = Store.create(pristine, domain, data.db, meta)
+    except SchemaError as exc:
+        raise wheel.WheelError(f"{wheel_path}: {exc}") from None
     out = DomainSet(domain, data.policy, pristine, store.state_hash())
-    for raw in data.tasks:
-        task = Task.model_validate(raw)
+    if not isinstance(data.tasks, list):
+        raise wheel.WheelError(f"{wheel_path}: {domain}/tasks.json is not a list of tasks")
+    for i, raw in enumerate(data.tasks):
+        try:
+            task = Task.model_validate(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(x) for x in first["loc"])
+            raise wheel.WheelError(
+                f"{wheel_path}: {domain}/tasks.json[{i}].{where}: {first['msg']}"
+            ) from None
         tid = f"{domain}-{task.id}"
         writes = set(domains.write_tools(domain))
         if not any(a.name in writes for a in task.evaluation_criteria.actions or []):
