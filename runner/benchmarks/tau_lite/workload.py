@@ -19,6 +19,8 @@ from runner.benchmarks.tau_lite import agentview, domains, tasks, wheel
 from runner.benchmarks.tau_lite.grade import final_state, grade_ledger
 from runner.benchmarks.tau_lite.service import TauDestination
 from runner.benchmarks.tau_lite.store import Store
+from runner.evaluator.core.errors import InputError
+from runner.evaluator.protocol.spec import Spec
 from runner.runtime.attempt.api import GradeContext, GradeOutcome
 
 
@@ -54,6 +56,31 @@ class TauLiteWorkload:
         sets = tasks.build(path, workdir)  # a fresh temporary folder when None
         docs = {d: tasks.tool_docs(path, d) for d in wheel.DOMAINS}
         return cls(sets, docs, image, task_ids)
+
+    @classmethod
+    def from_spec(cls, spec: Spec, base: Path) -> TauLiteWorkload:
+        """The spec's tasks (ids `airline-<n>` / `retail-<n>`, no `path`), its `[grader].image`
+        (required: the attempt still creates a sandbox), and the write tools it declares, which
+        must be exactly the domains' (irreversible, each)."""
+        if spec.grader.image is None:
+            raise InputError(
+                "tau-lite needs [grader].image (the attempt's sandbox)",
+                file=str(base),
+                key="grader.image",
+            )
+        declared = {t.name for t in spec.tools if t.irreversible}
+        writes = {n for d in wheel.DOMAINS for n in domains.write_tools(d)}
+        if declared != writes:
+            raise InputError(
+                f"the irreversible [[tools]] must be tau-lite's write tools: missing "
+                f"{sorted(writes - declared)}, not write tools {sorted(declared - writes)}",
+                file=str(base),
+                key="tools",
+            )
+        try:
+            return cls.build(spec.grader.image, sorted(spec.task_index()))
+        except (ValueError, wheel.WheelError) as exc:
+            raise InputError(str(exc), file=str(base), key="task_sets") from None
 
     def task(self, task_id: str) -> tasks.TauTask:
         return self._tasks[task_id]

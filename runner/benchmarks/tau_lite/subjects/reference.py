@@ -92,7 +92,7 @@ class Agent:
     def _http(
         self, method: str, path: str, body: dict[str, Any] | None, call_id: str | None = None
     ) -> tuple[int, dict[str, Any]]:
-        conn = http.client.HTTPConnection(self.egress.hostname, self.egress.port, timeout=10)
+        conn = http.client.HTTPConnection(self.egress.hostname or "", self.egress.port, timeout=10)
         headers = {"Content-Type": "application/json"} if body is not None else {}
         if call_id:
             headers["X-AFB-Call-Id"] = call_id
