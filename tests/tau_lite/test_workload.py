@@ -59,7 +59,8 @@ def _cell(
 
 def test_it_is_a_workload(workload: TauLiteWorkload) -> None:
     w: Workload = workload
-    assert w.image == "swe-lite" and w.oracle_subject is None
+    assert w.image == "swe-lite" and w.oracle_subject is not None
+    assert w.oracle_subject.name == "reference.py" and w.oracle_subject.is_file()
     routes = w.effect_routes
     assert set(routes.values()) == {n for d in wheel.DOMAINS for n in domains.write_tools(d)}
     assert all(m == "POST" and p == f"/effects/{t}" for (m, p), t in routes.items())

@@ -1,7 +1,7 @@
 """tau-lite as a runtime `Workload` (views, routes, grader) and the per-attempt destination.
 
 What the runtime's `Workload` protocol asks, implemented: the agent and oracle views
-(agentview), the prompt, the effect routes (each write tool is `POST /effects/<tool>` at the
+(agentview), the prompt, the oracle subject (subjects/reference.py), the effect routes (each write tool is `POST /effects/<tool>` at the
 destination, so the egress proxy names the call by its tool), and a grader that reads only the
 destination's ledger through `GradeContext.read_ledger` (the final state is the last commit's
 `state_after`). Not yet registered: the attempt still starts the runtime's own destination,
@@ -22,6 +22,8 @@ from runner.benchmarks.tau_lite.store import Store
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.protocol.spec import Spec
 from runner.runtime.attempt.api import GradeContext, GradeOutcome
+
+ORACLE_SUBJECT = Path(__file__).resolve().parent / "subjects" / "reference.py"
 
 
 class TauLiteWorkload:
@@ -105,8 +107,9 @@ class TauLiteWorkload:
         return {("POST", f"/effects/{n}"): n for d in wheel.DOMAINS for n in domains.write_tools(d)}
 
     @property
-    def oracle_subject(self) -> Path | None:
-        return None  # the reference strategies are not ported yet
+    def oracle_subject(self) -> Path:
+        """The four strategies (stdlib, `reference:<strategy>` subjects launch it)."""
+        return ORACLE_SUBJECT
 
     def destination(
         self, task_id: str, store_path: Path, *, idempotency_keys: bool = False
