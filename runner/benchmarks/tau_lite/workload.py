@@ -1,12 +1,13 @@
 """tau-lite as a runtime `Workload` (views, routes, grader) and the per-attempt destination.
 
 What the runtime's `Workload` protocol asks, implemented: the agent and oracle views
-(agentview), the prompt, the oracle subject (subjects/reference.py), the effect routes (each write tool is `POST /effects/<tool>` at the
-destination, so the egress proxy names the call by its tool), and a grader that reads only the
-destination's ledger through `GradeContext.read_ledger` (the final state is the last commit's
-`state_after`). Not yet registered: the attempt still starts the runtime's own destination,
-so `destination(...)` (the store copied from the task's pristine domain, served by
-`TauDestination`) waits for a runtime seam that lets a workload supply it (docs/TAU-LITE.md).
+(agentview), the prompt, the oracle subject (subjects/reference.py), the effect routes (each
+write tool is `POST /effects/<tool>` at the destination, so the egress proxy names the call by
+its tool), and a grader that reads only the destination's ledger through
+`GradeContext.read_ledger` (the final state is the last commit's `state_after`). Not yet
+registered: the attempt still starts the runtime's own destination, so `destination(...)` (the
+store copied from the task's pristine domain, served by `TauDestination`) waits for a runtime
+seam that lets a workload supply it (docs/TAU-LITE.md).
 """
 
 from __future__ import annotations
