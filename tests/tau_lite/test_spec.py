@@ -46,6 +46,14 @@ def draft(tmp_path: Path, task_ids: list[str], writes: list[str] | None = None) 
     return path
 
 
+@pytest.fixture(autouse=True)
+def _built_once(sets, monkeypatch: pytest.MonkeyPatch) -> None:
+    """from_spec builds both domains from the wheel; the session has built them already."""
+    from runner.benchmarks.tau_lite import tasks
+
+    monkeypatch.setattr(tasks, "build", lambda path, workdir=None: sets)
+
+
 def test_a_tau_lite_spec_parses_and_builds_its_workload(tmp_path: Path, wheel_path: Path) -> None:
     spec = load_spec(draft(tmp_path, ["airline-8", "retail-0"]))
     assert spec.grader.id == "tau-lite" and sorted(spec.task_index()) == ["airline-8", "retail-0"]
