@@ -33,7 +33,7 @@ def check(
     First bad input, exit 2 naming each task and its problem: a source whose sdist does not
     match its sha256, a patch that does not apply to the pristine source, a test id pytest does
     not collect, a problem.md holding a line of gold.patch, a duplicate task id, a bucket the
-    bucket rule does not give, a missing or malformed [provenance]. Then against pristine
+    bucket rule does not give, a missing or malformed `\\[provenance]` table. Then against pristine
     sources: FAIL_TO_PASS fails without the gold patch; with it, every FAIL_TO_PASS and
     PASS_TO_PASS test passes. Exit 3 when a task does not.
     """

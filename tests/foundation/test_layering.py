@@ -48,6 +48,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     ),
     "runner.subjects": ("runner.",),  # stdlib only: subjects run outside the runner's venv
     "runner.benchmarks.swe_lite.subjects": ("runner.",),  # the oracles: stdlib only, likewise
+    "runner.benchmarks.tau_lite.subjects": ("runner.",),
 }
 # modules a layer may import although FORBIDDEN covers them (their names, their packages' and
 # their attributes'): imagebuild loads images into a sandbox backend's store, found through the
