@@ -60,15 +60,11 @@ class _Echo(JsonHandler):
         self._reply(200, {"got": body})
 
 
-class _EchoServer(socketserver.ThreadingTCPServer):
-    daemon_threads = True
-
-
-class Echo(ServedInThread[_EchoServer]):
+class Echo(ServedInThread[_Server]):
     label = "echo"
 
-    def _make_server(self) -> _EchoServer:
-        return _EchoServer(self._bind, _Echo)
+    def _make_server(self) -> _Server:
+        return _Server(self._bind, _Echo)
 
 
 def _post(address: tuple[str, int], data: bytes) -> tuple[int, dict[str, object], str | None]:
