@@ -47,7 +47,7 @@ from .archive import (
     write_docker_archive,
     write_layer,
 )
-from .sources import SourceSpec, _sha256_file, fetch_source, load_sources
+from .sources import SourceSpec, fetch_source, load_sources, sha256_file
 
 # --------------------------------------------------------------------------------------------
 # Declared inputs
@@ -250,7 +250,7 @@ def build_image(
         with open(layer, "wb") as f:
             write_layer(rootfs, f, epoch, sdists, entry)
         rootfs.unlink()
-        layer_digest = "sha256:" + _sha256_file(layer)
+        layer_digest = "sha256:" + sha256_file(layer)
         config = image_config(layer_digest, epoch, conf["architecture"], digest)
         dest_dir = Path(out_dir) if out_dir else work
         dest_dir.mkdir(parents=True, exist_ok=True)

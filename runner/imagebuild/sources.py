@@ -15,7 +15,7 @@ import sys
 import tarfile
 import tempfile
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 # --------------------------------------------------------------------------------------------
@@ -64,7 +64,7 @@ def load_sources(manifest: Path) -> dict[str, SourceSpec]:
     return out
 
 
-def _sha256_file(path: Path) -> str:
+def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -72,7 +72,11 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _pip_command() -> list[str]:
+class FetchError(RuntimeError):
+    """A pinned file could not be fetched: no pip, pip failed, or it hashed to another sha256."""
+
+
+def pip_command(what: str) -> list[str]:
     """A pip to download with: ``$AFB_PIP``, this interpreter's pip, one on PATH, or uv's."""
     if os.environ.get("AFB_PIP"):
         return shlex.split(os.environ["AFB_PIP"])
@@ -84,41 +88,59 @@ def _pip_command() -> list[str]:
             return [found]
     if shutil.which("uv"):
         return ["uv", "tool", "run", "pip"]
-    raise RuntimeError("no pip found to fetch sources (set AFB_PIP)")
+    raise FetchError(f"no pip found to fetch {what} (set AFB_PIP)")
 
 
-def fetch_source(spec: SourceSpec, cache: Path | None = None) -> Path:
-    """Return the cached, sha256-verified sdist of ``spec``, downloading it with pip if needed."""
+def fetch_pinned(
+    ref: str,
+    filename: str,
+    sha256: str,
+    *,
+    binary: bool,
+    cache: Path | None = None,
+    verify: Callable[[Path], object] | None = None,
+) -> Path:
+    """The cached, sha256-verified ``filename`` of ``ref`` (``NAME==VERSION``), downloaded with
+    ``pip download --no-deps`` into ``cache`` when absent or not the pinned file.
+
+    ``binary`` picks a wheel (``--only-binary``) or an sdist (``--no-binary``). ``verify``
+    checks the download (raising the caller's own error, naming its file); without it a
+    mismatch is a FetchError naming ``ref``. Nothing unverified is left in the cache."""
     cache = cache or cache_dir()
-    dest = cache / spec.filename
+    dest = cache / filename
     if dest.exists():
-        if _sha256_file(dest) == spec.sha256:
+        if sha256_file(dest) == sha256:
             return dest
-        dest.unlink()  # a corrupt or substituted file: fetch again
+        dest.unlink()  # a corrupt or substituted file: fetch again, and verify what comes
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache, prefix=".fetch-") as tmp:
         cmd = [
-            *_pip_command(),
+            *pip_command(ref),
             "download",
             "--no-deps",
-            "--no-binary",
+            "--only-binary" if binary else "--no-binary",
             ":all:",
             "--disable-pip-version-check",
             "-d",
             tmp,
-            spec.ref,
+            ref,
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         files = [p for p in Path(tmp).iterdir() if p.is_file()]
         if proc.returncode != 0 or len(files) != 1:
-            raise RuntimeError(
-                f"fetching {spec.ref} failed ({proc.returncode}): {proc.stderr[-2000:]}"
-            )
-        got = _sha256_file(files[0])
-        if got != spec.sha256:
-            raise RuntimeError(f"{spec.ref}: sha256 mismatch: got {got}, pinned {spec.sha256}")
-        os.replace(files[0], dest)
+            raise FetchError(f"fetching {ref} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        got = files[0]  # --no-deps: the one file; its hash, not its name, says it is the pin
+        if verify is not None:
+            verify(got)
+        elif (digest := sha256_file(got)) != sha256:
+            raise FetchError(f"{ref}: sha256 mismatch: got {digest}, pinned {sha256}")
+        os.replace(got, dest)
     return dest
+
+
+def fetch_source(spec: SourceSpec, cache: Path | None = None) -> Path:
+    """Return the cached, sha256-verified sdist of ``spec``, downloading it with pip if needed."""
+    return fetch_pinned(spec.ref, spec.filename, spec.sha256, binary=False, cache=cache)
 
 
 def fetch_sources(

@@ -184,3 +184,32 @@ def test_write_layer_is_normalised(tmp_path: Path) -> None:
     for m in members:
         assert m.mtime <= 1_700_000_000 and m.uname == "" and m.gname == ""
         assert not m.pax_headers
+
+
+@pytest.mark.parametrize(("binary", "flag"), [(False, "--no-binary"), (True, "--only-binary")])
+def test_fetch_pinned_caches_only_what_verifies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, binary: bool, flag: str
+) -> None:
+    """One pip download for sdists and wheels alike: the flag picks which; the hash decides."""
+    import hashlib
+    import stat
+
+    fake_pip = tmp_path / "fakepip"
+    fake_pip.write_text(
+        '#!/bin/sh\necho "$@" > "$ARGS_OUT"\n'
+        'while [ "$1" != "-d" ]; do shift; done\nprintf payload > "$2/mini-1.0.tar.gz"\n'
+    )
+    fake_pip.chmod(fake_pip.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("AFB_PIP", str(fake_pip))
+    monkeypatch.setenv("ARGS_OUT", str(tmp_path / "args"))
+    cache = tmp_path / "cache"
+    good = hashlib.sha256(b"payload").hexdigest()
+    with pytest.raises(sources.FetchError, match=r"mini==1\.0: sha256 mismatch: got " + good):
+        sources.fetch_pinned("mini==1.0", "mini-1.0.tar.gz", "0" * 64, binary=binary, cache=cache)
+    assert list(cache.iterdir()) == []  # nothing unverified stays
+    got = sources.fetch_pinned("mini==1.0", "mini-1.0.tar.gz", good, binary=binary, cache=cache)
+    assert got == cache / "mini-1.0.tar.gz" and got.read_bytes() == b"payload"
+    args = (tmp_path / "args").read_text().split()
+    assert args[:4] == ["download", "--no-deps", flag, ":all:"] and args[-1] == "mini==1.0"
+    monkeypatch.setenv("AFB_PIP", "false")  # cached and verified: pip is not asked again
+    assert sources.fetch_pinned("mini==1.0", got.name, good, binary=binary, cache=cache) == got

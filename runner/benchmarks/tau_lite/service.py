@@ -20,19 +20,17 @@ proxy's effect routes work unchanged, plus the domain's tools:
 
 from __future__ import annotations
 
-import json
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from runner.benchmarks.tau_lite import domains
 from runner.benchmarks.tau_lite.store import Store
-from runner.runtime.interposers.serving import ServedInThread
+from runner.runtime.interposers.serving import JsonHandler, ServedInThread
 
 CALL_ID_HEADER = "X-AFB-Call-Id"  # the runtime destination's header, as the egress sends it
-MAX_BODY = 1024 * 1024
 
 
 def ledger_item(row: dict[str, Any]) -> dict[str, Any]:
@@ -56,29 +54,9 @@ def ledger_item(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(JsonHandler):
     server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:  # the evidence is the ledger
-        pass
-
-    def _reply(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body, sort_keys=True).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _body(self) -> Any:
-        try:
-            n = int(self.headers.get("Content-Length", "0"))
-        except ValueError:
-            n = -1
-        if not 0 <= n <= MAX_BODY:
-            raise ValueError("bad Content-Length")
-        return json.loads(self.rfile.read(n) or b"null")
+    max_body = 1024 * 1024
 
     def _scope(self, query: str) -> str | None:
         scopes = parse_qs(query).get("scope", [])
@@ -108,7 +86,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         path = urlsplit(self.path).path
         try:
-            body = self._body()
+            body = self._read_json()
             if not isinstance(body, dict):
                 raise ValueError("the body must be a JSON object")
         except ValueError as exc:

