@@ -122,8 +122,21 @@ class RunOptions:
     shard: Shard | None = None
     keep_subject_dirs: bool = False
     only: tuple[str, ...] = ()
+    sandbox_backend: str = "podman"  # a name in runner/runtime/sandbox/registry.py
 
     def __post_init__(self) -> None:  # refused before anything is read or written
+        from runner.runtime.sandbox import registry
+
+        if self.cluster is not None and self.sandbox_backend != registry.DEFAULT:
+            raise InputError(
+                "--sandbox chooses a local run's backend; a cluster's workers choose their own "
+                "(bench worker --sandbox NAME)"
+            )
+        if self.sandbox_backend not in registry.registered():
+            raise InputError(
+                f"--sandbox {self.sandbox_backend!r}: no such sandbox backend; registered: "
+                + ", ".join(registry.registered())
+            )
         if self.keep_subject_dirs and self.cluster is not None:
             raise InputError(
                 "--keep-subject-dirs keeps a local run's directories: not with --cluster"
@@ -227,10 +240,12 @@ def run_matrix(
     from runner.runtime.attempt import run as attempt
     from runner.runtime.attempt.services import RunServices
     from runner.runtime.executor import execute
+    from runner.runtime.sandbox import registry
 
     run_dir, run_id = mrun.run_dir, mrun.rp.run_id
     log(f"run {run_id} in {run_dir}")
-    built = images.ensure_image(project_root() / "images" / workload.image)
+    store = registry.backend(options.sandbox_backend).images()  # the image in the run's backend
+    built = images.ensure_image(project_root() / "images" / workload.image, store=store)
     env = envcollect.observe(mrun.spec, image=built.tag)  # names the image in the artifact
     mrun.record_start(env.to_json(), env.execution_environment_hash)
     states = [s for s in mrun.cell_states() if select is None or select(s.cell)]
@@ -239,6 +254,7 @@ def run_matrix(
         RunServices(
             run_id,
             run_dir,
+            sandbox_backend=options.sandbox_backend,
             keep_subject_dirs=options.keep_subject_dirs,
             contracts=mrun.rp.contract_map(),  # the run's own (protocol.json), not witnesses/
         ) as services,  # fmt: skip

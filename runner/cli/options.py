@@ -40,6 +40,28 @@ RegOpt = Annotated[
     Path | None, typer.Option("--registry", help="registry file (default: the repository's)")
 ]
 
+SandboxOpt = Annotated[
+    str,
+    typer.Option(
+        "--sandbox",
+        help="the sandbox backend the attempts run on (a registered name; `bench selftest "
+        "--sandbox NAME` checks one)",
+    ),
+]
+
+
+def check_sandbox(name: str) -> str:
+    """A registered sandbox backend's name, else exit 2 listing the registered ones."""
+    from runner.runtime.sandbox import registry
+
+    if name not in registry.registered():
+        raise InputError(
+            f"--sandbox {name!r}: no such sandbox backend; registered: "
+            + ", ".join(registry.registered())
+        )
+    return name
+
+
 MAX_JOBS = 8
 GIB_PER_JOB = 1  # one attempt: a sandbox container, the subject, its interposers (~0.3-0.6 GiB)
 JOBS_RULE = (

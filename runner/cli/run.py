@@ -21,7 +21,7 @@ from runner.cli.display import (
     print_draft_diagnostics,
     summary_table,
 )
-from runner.cli.options import Jobs, default_jobs
+from runner.cli.options import Jobs, SandboxOpt, default_jobs
 
 
 @app.command()
@@ -30,6 +30,7 @@ def run(
     spec: Annotated[Path, typer.Argument(help="a spec file, e.g. specs/swe-lite.toml")],
     out_dir: Annotated[Path, typer.Option("--out", help="where run directories go")] = Path("runs"),
     jobs: Jobs = None,
+    sandbox: SandboxOpt = "podman",
     resume: Annotated[
         Path | None, typer.Option(help="continue this interrupted run directory")
     ] = None,
@@ -91,6 +92,7 @@ def run(
         shard=part,
         keep_subject_dirs=keep_subject_dirs,
         only=tuple(only or ()),
+        sandbox_backend=sandbox,
     )
     progress = view.progress if view is not None else cell_progress
     outcome = run_spec(spec, options, log=log, progress=progress)

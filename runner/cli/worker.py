@@ -18,6 +18,7 @@ from typing import Annotated
 import typer
 
 from runner.cli.app import EXIT_INPUT, app, err, guarded, out
+from runner.cli.options import SandboxOpt, check_sandbox
 
 
 async def _serve(
@@ -61,28 +62,34 @@ def worker(
         str | None, typer.Option(help="resources advertised to the scheduler, e.g. NETNS=1")
     ] = None,
     nworkers: Annotated[int, typer.Option(min=1, max=64, help="worker processes")] = 1,
+    sandbox: SandboxOpt = "podman",
 ) -> None:
     """Serve a `bench run --cluster` coordinator: run its attempts on this host."""
     from runner.runtime.prepared import SpecSource
     from runner.scale.worker_host import check_address, host_problems, parse_resources
 
+    check_sandbox(sandbox)
     parsed = parse_resources(resources)
     check_address(scheduler, "--scheduler")
     sources = [SpecSource.read(p) for p in spec]  # each spec read once (InputError: a bad one)
-    problems = host_problems(sources)
+    problems = host_problems(sources, sandbox)
     if problems:
         for p in problems:
             err.print(f"refused: {p}", markup=False)
         err.print("this host cannot run attempts; no worker started")
         raise typer.Exit(EXIT_INPUT)
     from runner.scale.worker_host import HOST_ENVIRONMENT_VAR, observe_host
-    from runner.scale.worker_runtime import WORKER_IDS_VAR
+    from runner.scale.worker_runtime import SANDBOX_VAR, WORKER_IDS_VAR
 
     with tempfile.TemporaryDirectory(prefix="afb-worker-") as folder:
         observed = observe_host(sources, Path(folder))
         ids = Path(folder) / "workers"
         ids.mkdir()
-        env = {HOST_ENVIRONMENT_VAR: str(observed), WORKER_IDS_VAR: str(ids)}
+        env = {
+            HOST_ENVIRONMENT_VAR: str(observed),
+            WORKER_IDS_VAR: str(ids),
+            SANDBOX_VAR: sandbox,
+        }
         try:
             asyncio.run(_serve(scheduler, nworkers, parsed, env))
         finally:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import runner.runtime.faults.registry as faults
 from runner.evaluator.core.canonical import canonical_bytes, sha256_digest
 from runner.evaluator.core.errors import EvidenceError, InputError
 from runner.evaluator.core.inputs import project_root
@@ -43,6 +44,7 @@ from runner.evaluator.protocol.spec import Spec
 from runner.evaluator.protocol.specload import spec_base
 from runner.evaluator.verdict.outcomes import SUBJECT_OUTCOMES, attempt_status, group_attempts
 from runner.runtime.attempt.api import AttemptPlan, journal_name
+from runner.runtime.faults.resources import SubjectLimits
 from runner.runtime.prepared import PreparedProtocol, SpecSource, for_run
 from runner.runtime.subjects.registry import Launch, resolve_subjects
 from runner.runtime.workload import TaskViews, Workload
@@ -88,6 +90,30 @@ def hidden_paths(spec: Spec, spec_path: Path, root: Path | None = None) -> tuple
         if isinstance(cassettes, str):
             out.add((base / cassettes).resolve())
     return tuple(sorted(out))
+
+
+def launchers_for(spec: Spec, spec_path: Path, workload: Workload) -> dict[str, Launch]:
+    """Every subject resolved (`resolve_subjects`), and every fault checked against every
+    subject's limits by its kind (`FaultPlugin.check_subject`, e.g. a freeze longer than the
+    subject's time limit): the first problem is an InputError naming the fault's parameter,
+    before any run directory or cell exists."""
+    launchers = resolve_subjects(spec, spec_path, workload)
+    if not spec.faults:
+        return launchers
+    task_id = min(spec.task_index())  # limits are a subject's config, the same for every task
+    for sid, launch in sorted(launchers.items()):
+        cmd = launch(TaskViews(task_id, workload))
+        limits = SubjectLimits(timeout_s=cmd.timeout_s, max_relaunches=cmd.max_relaunches)
+        for i, f in enumerate(spec.faults):
+            bad = faults.check_subject(f.kind, f.parameters, limits)
+            if bad is not None:
+                param, why = bad
+                raise InputError(
+                    f"fault {f.id!r} ({f.kind}) against subject {sid!r}: {why}",
+                    file=str(spec_path),
+                    key=f"faults[{i}].parameters.{param}",
+                )
+    return launchers
 
 
 def git_objects_dir(checkout: Path) -> Path | None:
@@ -174,7 +200,7 @@ class MatrixRun:
         is frozen, so its evidence stays a draft's for good (resumed in full, too)."""
         prepared.require_runnable(allow_draft)
         spec, spec_path = prepared.spec, prepared.path
-        launchers = resolve_subjects(spec, spec_path, workload)
+        launchers = launchers_for(spec, spec_path, workload)
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         run_dir = out_root / f"{spec.protocol.id}-{stamp}-{run_id}"
         run_dir.mkdir(parents=True, exist_ok=False)
@@ -205,7 +231,7 @@ class MatrixRun:
                 file=str(prepared.path),
             )
         rp = replace(prepared, freeze_record=None).run_protocol(run_id)
-        launchers = resolve_subjects(prepared.spec, prepared.path, workload)
+        launchers = launchers_for(prepared.spec, prepared.path, workload)
         return cls(prepared, scratch_dir, rp, workload, launchers)
 
     @classmethod
@@ -216,7 +242,7 @@ class MatrixRun:
             raise InputError("not a run directory (no protocol.json)", file=str(run_dir))
         rp = read_protocol(run_dir)
         prepared = for_run(source, rp)
-        launchers = resolve_subjects(prepared.spec, prepared.path, workload)
+        launchers = launchers_for(prepared.spec, prepared.path, workload)
         _drop_empty_journals(run_dir)
         return cls(prepared, run_dir, rp, workload, launchers)
 

@@ -251,7 +251,8 @@ def _abandoned_reservation(path: Path) -> bool:
     return pid.isdigit() and not Path(f"/proc/{int(pid)}").exists()
 
 
-STATE_ROOTS = (paths.SUBJECT_ROOT, paths.PODMAN_ROOT)  # folders of per-run directories
+# folders of per-run directories
+STATE_ROOTS = (paths.SUBJECT_ROOT, paths.SANDBOX_ROOT, paths.LEGACY_PODMAN_ROOT)
 
 
 def _sweep_state_dirs(sel: _Selector, report: SweepReport) -> None:

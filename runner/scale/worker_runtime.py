@@ -4,7 +4,7 @@ A worker process runs attempts exactly as a local run does (`runner.runtime.atte
 its own run id: every host name it creates (netns, veth, nft table, container, process marker,
 state folders) carries that id, so workers and shards on one host never collide, and a worker
 that dies leaves leftovers `bench sweep` finds by that id once its liveness lock is gone. Its
-scratch evidence lives under /run/afb/podman/<worker id>/ (removed on exit, swept after a crash).
+scratch evidence lives under /run/afb/sandbox/<worker id>/ (removed on exit, swept after a crash).
 
 `run_attempt_task` is the Dask task: refuse what this worker cannot run (another protocol, spec
 or image: `WorkerRefusal`, no attempt began), tell the scheduler the attempt begins (an
@@ -62,16 +62,21 @@ def register_worker_id(worker_id: str) -> None:
         (Path(folder) / naming.check_run_id(worker_id)).touch()
 
 
+SANDBOX_VAR = "AFB_WORKER_SANDBOX"  # the sandbox backend a worker's attempts run on
+
+
 def scratch_dir(worker_id: str) -> Path:
-    # Under the per-run podman folder: removed with it on exit, swept by id after a crash.
-    return paths.PODMAN_ROOT / naming.check_run_id(worker_id) / "scratch"
+    # Under the run's sandbox-backend folder: removed with it on exit, swept by id after a crash.
+    return paths.SANDBOX_ROOT / naming.check_run_id(worker_id) / "scratch"
 
 
 class WorkerRuntime:
     """Run services (liveness lock, the sandbox backend's service, reaper) for this worker's
     life."""
 
-    def __init__(self, sandbox_backend: str = registry.DEFAULT) -> None:
+    def __init__(self, sandbox_backend: str | None = None) -> None:
+        # `bench worker --sandbox NAME` hands its choice to the worker processes it starts.
+        sandbox_backend = sandbox_backend or os.environ.get(SANDBOX_VAR) or registry.DEFAULT
         self.worker_id = naming.new_run_id()
         self.services = RunServices(
             self.worker_id, scratch_dir(self.worker_id), sandbox_backend=sandbox_backend

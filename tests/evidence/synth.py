@@ -25,6 +25,7 @@ from runner.evaluator.evidence.records import (
     WitnessObservation,
 )
 from runner.evaluator.protocol.faultkinds import (
+    FREEZE,
     LOST_RESPONSE,
     NETWORK_PARTITION,
     NO_FAULT,
@@ -76,6 +77,16 @@ GOOD: dict[FaultKind, dict[str, dict[str, Any]]] = {
                                "effect_id": "eff-1"},
         "agent_side": {"collector": "egress_proxy", "transport_failure": True},
     },
+    FREEZE: {
+        "target_process": {"collector": "process_registry", "pid": 4242, "start_time": "777",
+                           "pgid": 4242, "state": "S", "call_id": "call-3"},
+        "frozen": {"collector": "process_registry", "pid": 4242, "start_time": "777",
+                   "pgid": 4242, "state": "T", "all_stopped": True, "threads": 2},
+        "interposer_call": {"collector": "tool_interposer", "call_id": "call-3",
+                            "in_flight": True},
+        "resumed": {"collector": "process_registry", "pid": 4242, "start_time": "777",
+                    "stopped_before_release": True, "held_ms": 500.2, "all_resumed": True},
+    },
 }  # fmt: skip
 
 # What a no-op actuator's target really shows: nothing changed, though "applied" was reported.
@@ -104,6 +115,12 @@ NOOP: dict[FaultKind, dict[str, dict[str, Any]]] = {
                              "downstream_response_bytes": 88},
         "agent_side": {"collector": "egress_proxy", "transport_failure": False},
     },
+    FREEZE: {
+        **GOOD[FREEZE],
+        "frozen": {**GOOD[FREEZE]["frozen"], "state": "S", "all_stopped": False},
+        "resumed": {"collector": "process_registry", "pid": 4242, "start_time": "",
+                    "stopped_before_release": False, "held_ms": 0.0, "all_resumed": False},
+    },
 }  # fmt: skip
 
 # The runtime's collector registry (runner/runtime/faults/collectors.py) and each kind's
@@ -117,6 +134,7 @@ COMPONENT = {
 ACTUATOR_COMPONENT = {
     LOST_RESPONSE: "egress_proxy", SIGKILL_MID_TOOL_CALL: "subject_launcher",
     SANDBOX_RESTART: "container_runtime", NETWORK_PARTITION: "nftables",
+    FREEZE: "subject_launcher",
 }  # fmt: skip
 for _table in (GOOD, NOOP):
     for _kind, _obs in _table.items():

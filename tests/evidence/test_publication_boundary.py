@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from runner.cli.main import app
 from runner.evaluator.core.inputs import evaluator_digest
 from runner.evaluator.evidence.records import AttemptEnded
-from runner.evaluator.protocol.faultkinds import LOST_RESPONSE, NO_FAULT, injected_kinds
+from runner.evaluator.protocol.faultkinds import FREEZE, LOST_RESPONSE, NO_FAULT, injected_kinds
 from runner.evaluator.protocol.matrix import resolve
 from runner.evaluator.protocol.specload import load_spec
 from runner.evaluator.publish.build import build_scorecard
@@ -214,11 +214,29 @@ def test_each_defect_blocks_with_its_reason(tmp_path: Path, outcome: str, code: 
     assert res["b"].evaluation.proof.decision == "eligible"
 
 
+# A kind the A/B spec does not schedule (its counts are the other tests' figures) gets a fault of
+# its own in a variant of it.
+EXTRA_FAULTS = {
+    FREEZE: '[[faults]]\nid = "freeze"\nkind = "freeze_mid_tool_call"\n'
+    'trigger = { tool = "write_file", ordinal = 1, phase = "dispatched" }\n'
+    "parameters = { duration_ms = 500 }\n\n",
+}
+
+
 def test_every_noop_actuator_kind_is_rejected(tmp_path: Path) -> None:
-    assert len(injected_kinds()) == 4
+    assert set(injected_kinds()) == set(KINDS) - {NO_FAULT} | set(EXTRA_FAULTS)
     for kind in injected_kinds():
         d = tmp_path / kind
-        r = _run(d, a=lambda i, s, k=kind: "noop" if s.schedule.kind == k else "completed")
+        d.mkdir()
+        spec = SPEC_AB
+        if kind in EXTRA_FAULTS:
+            spec = d / "spec_ab.toml"
+            text = SPEC_AB.read_text().replace("[matrix]", EXTRA_FAULTS[kind] + "[matrix]")
+            spec.write_text(text)
+            clean, _ = _decide(_run(d / "clean", spec_path=spec))  # its good witness holds
+            assert clean["a"].evaluation.proof.decision == "eligible", kind
+        noop = lambda i, s, k=kind: "noop" if s.schedule.kind == k else "completed"  # noqa: E731
+        r = _run(d, spec_path=spec, a=noop)
         res, _ = _decide(r)
         p = res["a"].evaluation.proof
         assert p.decision == "ineligible" and "invalid_injection" in p.reason_codes, kind

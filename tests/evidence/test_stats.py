@@ -123,6 +123,21 @@ def test_cluster_interval_is_seeded_and_contains_the_mean() -> None:
     assert S.cluster_mean_interval([4], [2], 1) is None  # one task: nothing to resample
 
 
+@pytest.mark.parametrize("tasks", [7, 300])
+def test_resampling_memory_batches_do_not_change_a_figure(
+    tasks: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch bounds memory (a bootstrap over 50,000 tasks held GBs with 1,000 resamples at
+    once); the generator's draws, hence every bound and p, are the same whatever it is."""
+    rng = np.random.default_rng(tasks)
+    sums, counts = list(rng.random(tasks) * 4), [int(c) for c in rng.integers(1, 4, tasks)]
+    diffs = list(rng.normal(0.1, 1, tasks))
+    default = (S.cluster_mean_interval(sums, counts, 5), S.sign_flip(diffs, 5))
+    for batch in (13, 997, 10**6):  # small and odd batches, and all at once
+        monkeypatch.setattr(S, "BATCH_ELEMENTS", batch * tasks)
+        assert (S.cluster_mean_interval(sums, counts, 5), S.sign_flip(diffs, 5)) == default
+
+
 def test_median_interval_is_the_order_statistic_one() -> None:
     x = [1.0, 1.1, 0.9, 1.5, 1.3, 1.2, 1.4, 1.25]
     i = S.median_interval(x)

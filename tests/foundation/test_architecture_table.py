@@ -455,7 +455,11 @@ def test_a_module_naming_a_kind_is_caught(tmp_path: Path) -> None:
         "from runner.evaluator.protocol.faultkinds import SANDBOX_RESTART\n"
     )
     (tmp_path / "runner/runtime/host/planted2.py").write_text("KIND = 'sigkill_mid_tool_call'\n")
+    (tmp_path / "runner/runtime/host/planted3.py").write_text(
+        "from runner.runtime.faults import freeze_mid_tool_call\n"
+    )
     assert set(kind_problems(tmp_path)) - before == {
         "runner/runtime/planted.py names sandbox_restart: ['SANDBOX_RESTART']",
         "runner/runtime/host/planted2.py names sigkill: ['sigkill_mid_tool_call']",
+        "runner/runtime/host/planted3.py names freeze_mid_tool_call: ['freeze_mid_tool_call']",
     }

@@ -5,7 +5,9 @@ in witnesses/*.json.
 - lost_response: the front drops the answer after the backend produced it; the SDK sees a
   closed connection; the backend's ledger is the independent record of the answer;
 - sigkill_mid_tool_call: a real SDK subject process is SIGKILLed while its model call is held
-  at `dispatched`; the reaper collects the exit, the front's record shows the call in flight.
+  at `dispatched`; the reaper collects the exit, the front's record shows the call in flight;
+- freeze: the same subject is stopped (SIGSTOP of its process group) while its model call is
+  held, then continued: /proc shows it stopped, and the same process finishes its turns.
 """
 
 from __future__ import annotations
@@ -25,14 +27,17 @@ import pytest
 from runner.evaluator.core.types import Phase
 from runner.evaluator.evidence.journal import EvidenceStore, Journal, read_journal
 from runner.evaluator.protocol.faultkinds import (
+    FREEZE,
     LOST_RESPONSE,
     NETWORK_PARTITION,
     SIGKILL_MID_TOOL_CALL,
+    FreezeParams,
 )
 from runner.evaluator.protocol.spec import Trigger
 from runner.evaluator.protocol.witness import WitnessContract, evaluate_witness, load_contracts
 from runner.runtime.attempt.triggers import TriggerEngine
 from runner.runtime.faults.base import FaultPlugin
+from runner.runtime.faults.freeze_mid_tool_call import FreezeFault
 from runner.runtime.faults.lost_response import LostResponseFault
 from runner.runtime.faults.sigkill import SigkillFault
 from runner.runtime.host.procs import Reaper, Subject, SubjectLauncher
@@ -205,6 +210,45 @@ def test_sigkill_mid_model_call_is_witnessed_under_the_same_contract(
     assert "lifecycle:witnessed" in kinds and "lifecycle:recovered" in kinds
     verdict = evaluate_witness(contract, obs, {"target": "subject"})
     assert verdict.satisfied, verdict.violations
+    call = obs["interposer_call"]
+    assert call["collector"] == "egress_proxy" and call["tool"] == "model"
+    assert call["in_flight"] is True and call["call_id"].startswith("m")
+
+
+def test_freeze_mid_model_call_is_witnessed_and_the_same_process_finishes(
+    journal: Journal, run_dir: Path, contracts: dict[str, WitnessContract]
+) -> None:
+    contract = contracts[FREEZE]
+    engine = TriggerEngine(journal, cell_id=CELL, attempt=1)
+    params = {"target": "subject", "method": "sigstop", "duration_ms": 1000}
+    with Reaper() as reaper, ModelProxy("scripted", cassette=SCRIPT, sink=engine) as proxy:
+        registry = _Registry(SubjectLauncher("a1b2c3", reaper))
+        plugin = FreezeFault(registry, None, proxy.front, FreezeParams(**params))  # type: ignore[arg-type]
+        engine.schedule(
+            "freeze-model-2",
+            FREEZE,
+            Trigger(tool="model", ordinal=2, phase=Phase.DISPATCHED),
+            plugin,
+            params,
+            contract,
+        )
+        engine.arm()
+        env = {**proxy.subject_env(), "TURNS": "3"}
+        state = run_dir / "subject"
+        only = registry.launch([sys.executable, str(SUBJECT)], state, env)
+        assert only.wait(60).exit_code == 0  # no relaunch: the stopped process went on
+        engine.finish()
+    out = (state / "stdout.log").read_text().splitlines()
+    assert out == ["ok Let me look.", "ok ", "ok All done."]  # the SDK's 30 s timeout held
+    kinds, obs = journal_view(journal)
+    assert [k for k in kinds if k.startswith("lifecycle:")][-2:] == [
+        "lifecycle:witnessed",
+        "lifecycle:released",
+    ]
+    verdict = evaluate_witness(contract, obs, params, actuator_component="subject_launcher")
+    assert verdict.satisfied, verdict.violations
+    assert obs["frozen"]["state"] == "T" and obs["resumed"]["held_ms"] >= 1000
+    assert obs["resumed"]["start_time"] == only.identity.start_time
     call = obs["interposer_call"]
     assert call["collector"] == "egress_proxy" and call["tool"] == "model"
     assert call["in_flight"] is True and call["call_id"].startswith("m")

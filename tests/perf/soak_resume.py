@@ -112,7 +112,7 @@ def leftovers(run_id: str) -> list[str]:
         for c in json.loads(ps.stdout or "[]")
         if run_id in (c.get("Names") or [""])[0]
     ]
-    for d in (paths.SUBJECT_ROOT / run_id, paths.PODMAN_ROOT / run_id):
+    for d in (paths.SUBJECT_ROOT / run_id, paths.SANDBOX_ROOT / run_id):
         if d.exists():
             found.append(str(d))
     if (paths.LOCK_DIR / f"{run_id}.lock").exists():

@@ -153,7 +153,7 @@ def _leftovers(run_id: str) -> list[str]:
     found += [
         c["Names"][0] for c in json.loads(ps.stdout or "[]") if run_id in (c["Names"] or [""])[0]
     ]
-    for d in (paths.SUBJECT_ROOT / run_id, paths.PODMAN_ROOT / run_id):
+    for d in (paths.SUBJECT_ROOT / run_id, paths.SANDBOX_ROOT / run_id):
         if d.exists():
             found.append(str(d))
     return found

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runner.evaluator.protocol.faultkinds import (
+    FREEZE,
     LOST_RESPONSE,
     NETWORK_PARTITION,
     SANDBOX_RESTART,
@@ -23,6 +24,7 @@ NOOP_VIOLATES = {
     LOST_RESPONSE: {"zero_bytes_delivered", "agent_saw_transport_failure"},
     SIGKILL_MID_TOOL_CALL: {"terminated_by_signal", "signal_is_sigkill"},
     NETWORK_PARTITION: {"rule_present", "target_blocked", "counter_moved"},
+    FREEZE: {"leader_stopped", "group_stopped", "still_stopped_at_release", "held_for_duration"},
 }
 
 

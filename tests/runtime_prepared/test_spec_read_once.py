@@ -335,7 +335,10 @@ def test_run_matrix_hands_the_attempts_protocol_json_contracts(
             return {}
 
     monkeypatch.setattr(services, "RunServices", Recorder)
-    monkeypatch.setattr(images, "ensure_image", lambda folder: Built())
+    stores: list[object] = []
+    monkeypatch.setattr(
+        images, "ensure_image", lambda folder, store: stores.append(store) or Built()
+    )
     monkeypatch.setattr(envcollect, "observe", lambda spec, image: Env())
     monkeypatch.setattr(executor, "execute", lambda *a, **k: executor.RunSummary(
         mrun.run_dir, 0, 0, 0.0))  # fmt: skip
@@ -343,6 +346,10 @@ def test_run_matrix_hands_the_attempts_protocol_json_contracts(
     orchestrate.run_matrix(mrun, workload, orchestrate.RunOptions(jobs=1))
     rp = read_protocol(mrun.run_dir)
     assert given["contracts"] == rp.contract_map() and given["contracts"]
+    # the run's sandbox backend (default podman) serves its attempts and holds its image
+    from runner.runtime.sandbox import podman
+
+    assert given["sandbox_backend"] == "podman" and isinstance(stores[0], podman.PodmanImages)
     assert sha256_digest(rp.spec_text.encode()) == source.digest
 
 
@@ -356,6 +363,27 @@ def test_run_options_refuse_kept_dirs_on_a_cluster() -> None:
         RunOptions(keep_subject_dirs=True, cluster=Cluster("tcp://127.0.0.1:1"))
     with pytest.raises(AttributeError):
         RunOptions().jobs = 2  # type: ignore[misc]  # frozen
+
+
+def test_run_options_refuse_an_unknown_sandbox_backend_naming_the_registered() -> None:
+    from runner.orchestrate import Cluster, RunOptions
+
+    with pytest.raises(InputError, match=r"--sandbox 'nope'.*registered: .*podman"):
+        RunOptions(sandbox_backend="nope")
+    with pytest.raises(InputError, match="bench worker --sandbox"):
+        RunOptions(sandbox_backend="other", cluster=Cluster("tcp://127.0.0.1:1"))
+    assert RunOptions().sandbox_backend == "podman"
+
+
+@pytest.mark.parametrize("command", [
+    ["run", "specs/example.toml", "--sandbox", "nope"],
+    ["worker", "--scheduler", "tcp://127.0.0.1:1", "--spec", "specs/example.toml",
+     "--sandbox", "nope"],
+])  # fmt: skip
+def test_bench_refuses_an_unknown_sandbox_backend_with_exit_2(command: list[str]) -> None:
+    res = CliRunner().invoke(app, command)
+    assert res.exit_code == 2, res.output
+    assert "no such sandbox backend; registered: podman" in res.output
 
 
 def test_rerun_refuses_another_protocol_before_anything_is_built_or_written(

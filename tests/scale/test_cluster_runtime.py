@@ -194,7 +194,7 @@ def _ours(worker_id: str) -> list[str]:
             found.append(f"process {pid}")
     found += [
         f"dir {d}"
-        for root in (paths.SUBJECT_ROOT, paths.PODMAN_ROOT)
+        for root in (paths.SUBJECT_ROOT, paths.SANDBOX_ROOT)
         if (d := root / worker_id).exists()
     ]
     return found

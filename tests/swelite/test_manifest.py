@@ -16,6 +16,7 @@ from runner.benchmarks.swe_lite.grade import (
     patch_files,
     static_problems,
 )
+from runner.benchmarks.swe_lite.taskcheck import bucket_for, static_task_problems
 from runner.imagebuild import archive, sources
 from runner.imagebuild import builder as images
 from tests.swelite.conftest import IMAGE_DIR, TASKS_ROOT, all_tasks
@@ -34,6 +35,9 @@ def test_task_set_shape() -> None:
 @pytest.mark.parametrize("task", all_tasks(), ids=lambda t: t.id)
 def test_task_static(task) -> None:  # type: ignore[no-untyped-def]
     assert static_problems(task) == []
+    # the one bucket rule (taskcheck.bucket_for), no gold line in problem.md, [provenance]
+    assert task.bucket == bucket_for(task.gold_patch.decode(), len(task.fail_to_pass))
+    assert static_task_problems(task) == []
     assert task.project == task.source.name
     assert task.summary
     for test_id in (*task.fail_to_pass, *task.pass_to_pass):
@@ -128,6 +132,16 @@ def test_patch_files() -> None:
         b"-x\n+y\n--- /dev/null\n+++ b/tests/test_new.py\n@@ -0,0 +1 @@\n+z\n"
     )
     assert patch_files(patch) == ["pkg/m.py", "tests/test_new.py"]
+
+
+def test_patch_files_follows_hunk_counts() -> None:
+    # A removed line reading "-- a/x" and an added one reading "++ b/y" are changes inside a
+    # hunk, not file headers: the grader once took them for files the patch touches.
+    patch = (
+        b"--- a/pkg/m.py\n+++ b/pkg/m.py\n@@ -1,2 +1,2 @@\n"
+        b"--- a/x\n+++ b/y\n keep\n--- a/pkg/deleted.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-gone\n"
+    )
+    assert patch_files(patch) == ["pkg/m.py", "pkg/deleted.py"]
 
 
 def _synthetic_rootfs(mtime: int) -> bytes:

@@ -20,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from runner.benchmarks.swe_lite.grade import load_task, static_problems
 from runner.benchmarks.swe_lite.taskcheck import (
     TaskProblem,
     bucket_for,
@@ -61,10 +62,14 @@ upstream_commit = "0123abc"
 """
 
 
-def _diff(path: str, old: str, new: str) -> str:
+def _diff(path: str, old: str, new: str, context: int = 3) -> str:
     return "".join(
         difflib.unified_diff(
-            old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{path}", f"b/{path}"
+            old.splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            f"a/{path}",
+            f"b/{path}",
+            n=context,
         )
     )
 
@@ -190,6 +195,20 @@ def test_duplicate_task_id(task_set: Path) -> None:
 def test_bucket_not_the_rule(task_set: Path) -> None:
     edit(task_set / "mini-add" / "task.toml", lambda s: s.replace('"easy"', '"hard"'))
     only(problems_of(task_set), "bucket 'hard' recorded, the bucket rule gives 'easy'")
+    # bucket_for is the one rule: grade's own static checks say nothing of the bucket
+    assert static_problems(load_task(task_set / "mini-add")) == []
+
+
+def test_bucket_is_not_the_old_hunk_rule(task_set: Path) -> None:
+    """Two hunks in one file, 4 changed lines, 1 FAIL_TO_PASS: easy by bucket_for (the old
+    grade.py rule, hard = multi-hunk or multi-file, called this hard); so `hard` is refused."""
+    two_hunks = _diff("mini/core.py", CORE, FIXED.replace("return -a", "return 0 - a"), context=1)
+    assert two_hunks.count("\n@@ ") == 2
+    (task_set / "mini-add" / "gold.patch").write_text(two_hunks)
+    assert problems_of(task_set) == []
+    assert static_problems(load_task(task_set / "mini-add")) == []
+    edit(task_set / "mini-add" / "task.toml", lambda s: s.replace('"easy"', '"hard"'))
+    only(problems_of(task_set), "bucket 'hard' recorded, the bucket rule gives 'easy'")
 
 
 @pytest.mark.parametrize(
@@ -291,7 +310,7 @@ POOLS = sorted(
 def test_pool_static(pool: Path) -> None:
     """Without sources: every pool task loads, passes grade's shape checks and taskcheck's
     (bucket rule, no gold line in problem.md, provenance), and uses only stdlib + pytest."""
-    from runner.benchmarks.swe_lite.grade import load_tasks, static_problems
+    from runner.benchmarks.swe_lite.grade import load_tasks
     from runner.benchmarks.swe_lite.taskcheck import static_task_problems
 
     tasks = load_tasks(pool)

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import json
 import posixpath
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,6 +48,7 @@ from runner.benchmarks.swe_lite.subjects.reference import (
     STEPS,  # the one import of the reference subject's steps
 )
 from runner.benchmarks.swe_lite.workload import SANDBOX_SRC
+from runner.evaluator.protocol.specload import load_spec, spec_base
 from runner.runtime.cassettes.policy import POLICIES
 
 SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
@@ -217,10 +217,11 @@ WRITERS = {"mini-swe-agent": mini_swe_agent, "control": control, "mcp-responses"
 
 def spec_tasks(spec_path: Path) -> Iterator[Task]:
     """The tasks of a spec's task sets, in the spec's order."""
-    spec = tomllib.loads(spec_path.read_text(encoding="utf-8"))
-    for ts in spec["task_sets"]:
-        for t in ts["tasks"]:
-            yield load_task(spec_path.parent / t["path"])
+    spec = load_spec(spec_path)  # bounded, validated: a bad spec is an InputError naming it
+    for ts in spec.task_sets:
+        for t in ts.tasks:
+            if t.path is not None:  # a task without a folder has nothing to replay
+                yield load_task(spec_base(spec_path) / t.path)
 
 
 def cassette_text(doc: dict[str, Any]) -> str:

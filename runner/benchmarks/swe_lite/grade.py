@@ -102,22 +102,50 @@ def load_tasks(tasks_root: Path) -> list[Task]:
     return [load_task(d, sources) for d in dirs]
 
 
+_HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+
+
+def _header_path(line: str) -> str | None:
+    path = line[4:].split("\t", 1)[0].strip()
+    if path == "/dev/null":
+        return None
+    return path.split("/", 1)[1] if "/" in path else path  # -p1
+
+
+def diff_stats(patch_text: str) -> tuple[list[str], list[str]]:
+    """(files touched, added and removed lines) of a unified diff. Hunk line counts are
+    followed, so a removed line reading "-- x" is a change, not a `---` file header."""
+    files: list[str] = []
+    changed: list[str] = []
+    old = new = 0
+    minus: str | None = None
+    for line in patch_text.splitlines():
+        if old > 0 or new > 0:
+            if line.startswith("-"):
+                old -= 1
+                changed.append(line)
+            elif line.startswith("+"):
+                new -= 1
+                changed.append(line)
+            elif not line.startswith("\\"):  # "\ No newline at end of file"
+                old, new = old - 1, new - 1
+            continue
+        m = _HUNK.match(line)
+        if m:
+            old, new = (int(n) if n is not None else 1 for n in m.groups())
+        elif line.startswith("--- "):
+            minus = _header_path(line)
+        elif line.startswith("+++ "):
+            path = _header_path(line)
+            path = minus if path is None else path  # a deleted file: +++ /dev/null
+            if path is not None and path not in files:
+                files.append(path)
+    return files, changed
+
+
 def patch_files(patch: bytes) -> list[str]:
-    """Paths (``-p1``) a unified diff creates or modifies, in order of appearance."""
-    out: list[str] = []
-    for line in patch.decode("utf-8", "replace").splitlines():
-        if line.startswith(("+++ ", "--- ")):
-            path = line[4:].split("\t", 1)[0].strip()
-            if path == "/dev/null":
-                continue
-            path = path.split("/", 1)[1] if "/" in path else path
-            if path not in out:
-                out.append(path)
-    return out
-
-
-def patch_hunks(patch: bytes) -> int:
-    return sum(1 for line in patch.splitlines() if line.startswith(b"@@ "))
+    """Paths (``-p1``) a unified diff creates, modifies or deletes, in order of appearance."""
+    return diff_stats(patch.decode("utf-8", "replace"))[0]
 
 
 def is_test_path(path: str) -> bool:
@@ -297,7 +325,8 @@ class TaskCheck:
 
 
 def static_problems(task: Task) -> list[str]:
-    """Checks that need no test run: patch shapes, bucket rule, problem statement."""
+    """Checks that need no test run: patch shapes and problem statement. The bucket rule is
+    taskcheck.bucket_for's (`bench tasks check`); grading does not depend on a task's bucket."""
     problems = []
     gold, tests = task.gold_patch, task.tests_patch
     gold_files, test_files = patch_files(gold), patch_files(tests)
@@ -309,11 +338,6 @@ def static_problems(task: Task) -> list[str]:
     problems += [
         f"tests.patch touches non-test file {f}" for f in test_files if not is_test_path(f)
     ]
-    hard_shape = len(gold_files) > 1 or patch_hunks(gold) > 1
-    if task.bucket == "hard" and not hard_shape:
-        problems.append("bucket 'hard' needs a multi-hunk or multi-file gold patch")
-    if task.bucket == "easy" and hard_shape:
-        problems.append("bucket 'easy' needs a single-hunk gold patch")
     if len(task.problem.strip()) < 80:
         problems.append("problem.md is missing or too short")
     return problems
@@ -357,6 +381,7 @@ __all__ = [
     "Task",
     "check_task",
     "check_tasks",
+    "diff_stats",
     "grade",
     "load_task",
     "load_tasks",

@@ -13,7 +13,6 @@ lists every mistake of a set, and the command turns a non-empty list into exit 2
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -24,7 +23,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from runner.benchmarks.swe_lite.grade import Task, load_task
+from runner.benchmarks.swe_lite.grade import Task, diff_stats, load_task
 from runner.imagebuild.sources import SourceSpec, extract_source, fetch_source, load_sources
 
 EASY_MAX_CHANGED = 12  # added + removed lines of gold.patch
@@ -64,55 +63,14 @@ class Provenance(BaseModel):
 # The bucket rule
 
 
-_HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
-
-
-def _header_path(line: str) -> str | None:
-    path = line[4:].split("\t", 1)[0].strip()
-    if path == "/dev/null":
-        return None
-    return path.split("/", 1)[1] if "/" in path else path  # -p1
-
-
-def _diff_stats(patch_text: str) -> tuple[list[str], list[str]]:
-    """(files touched, added and removed lines) of a unified diff. Hunk line counts are
-    followed, so a removed line reading "-- x" is a change, not a `---` file header."""
-    files: list[str] = []
-    changed: list[str] = []
-    old = new = 0
-    minus: str | None = None
-    for line in patch_text.splitlines():
-        if old > 0 or new > 0:
-            if line.startswith("-"):
-                old -= 1
-                changed.append(line)
-            elif line.startswith("+"):
-                new -= 1
-                changed.append(line)
-            elif not line.startswith("\\"):  # "\ No newline at end of file"
-                old, new = old - 1, new - 1
-            continue
-        m = _HUNK.match(line)
-        if m:
-            old, new = (int(n) if n is not None else 1 for n in m.groups())
-        elif line.startswith("--- "):
-            minus = _header_path(line)
-        elif line.startswith("+++ "):
-            path = _header_path(line)
-            path = minus if path is None else path  # a deleted file: +++ /dev/null
-            if path is not None and path not in files:
-                files.append(path)
-    return files, changed
-
-
 def _changed_lines(patch_text: str) -> list[str]:
-    return _diff_stats(patch_text)[1]
+    return diff_stats(patch_text)[1]
 
 
 def bucket_for(gold_patch_text: str, fail_to_pass_count: int) -> Bucket:
     """easy iff the fix touches one file, changes at most 12 lines (added + removed) and is
     checked by at most 3 FAIL_TO_PASS tests; hard otherwise."""
-    touched, changed_lines = _diff_stats(gold_patch_text)
+    touched, changed_lines = diff_stats(gold_patch_text)
     files, changed = len(touched), len(changed_lines)
     easy = files == 1 and changed <= EASY_MAX_CHANGED and fail_to_pass_count <= EASY_MAX_F2P
     return "easy" if easy else "hard"
@@ -173,7 +131,7 @@ def static_task_problems(task: Task) -> list[str]:
     if task.bucket != want:
         problems.append(
             f"bucket {task.bucket!r} recorded, the bucket rule gives {want!r} "
-            f"({len(_diff_stats(gold)[0])} file(s), {len(_changed_lines(gold))} changed "
+            f"({len(diff_stats(gold)[0])} file(s), {len(_changed_lines(gold))} changed "
             f"line(s), {len(task.fail_to_pass)} FAIL_TO_PASS)"
         )
     try:

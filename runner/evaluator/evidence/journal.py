@@ -414,14 +414,7 @@ class EvidenceStore:
         return self.put_blob(canonical_bytes(value))
 
     def get_blob(self, address: str) -> bytes:
-        path = self.run_dir / BLOBS / address.removeprefix("sha256:")
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise EvidenceError(f"blob {address} is missing") from exc
-        if "sha256:" + hashlib.sha256(data).hexdigest() != address:
-            raise EvidenceError(f"blob {address} does not match its address")
-        return data
+        return read_blob(self.run_dir, address)
 
     def blob_paths(self) -> list[Path]:
         return sorted(p for p in (self.run_dir / BLOBS).iterdir() if not p.name.startswith("."))
@@ -430,3 +423,15 @@ class EvidenceStore:
         for path in self.journal_paths():
             for entry in read_journal(path):
                 yield path.stem, entry
+
+
+def read_blob(run_dir: Path, address: str) -> bytes:
+    """The blob at `address` in RUN_DIR/blobs, checked against its address."""
+    path = run_dir / BLOBS / address.removeprefix("sha256:")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise EvidenceError(f"blob {address} is missing") from exc
+    if "sha256:" + hashlib.sha256(data).hexdigest() != address:
+        raise EvidenceError(f"blob {address} does not match its address")
+    return data

@@ -3,7 +3,7 @@
 A kind is judged by the evaluator, so what the evaluator needs of it lives here: its name and its
 parameter model (a spec's `parameters` are validated and defaulted against it, and the defaulted
 form is hashed). Its witness contract is `witnesses/<kind>.json`; its actuator is a runtime plugin
-(`runner/runtime/faults/`). The four built-in kinds register below. A new kind registers its
+(`runner/runtime/faults/`). The five built-in kinds register below. A new kind registers its
 parameter model with `register_fault_kind` (ARCHITECTURE.md, "Extension points").
 """
 
@@ -22,6 +22,7 @@ SANDBOX_RESTART = "sandbox_restart"
 LOST_RESPONSE = "lost_response"
 SIGKILL_MID_TOOL_CALL = "sigkill_mid_tool_call"
 NETWORK_PARTITION = "network_partition"
+FREEZE = "freeze_mid_tool_call"
 
 KIND_NAME = r"^[a-z][a-z0-9_]{0,63}$"
 
@@ -108,7 +109,28 @@ class PartitionParams(StrictFrozen):
     )
 
 
+# The longest subject limit an adapter accepts (subjects' `limits.timeout_s` <= 7200 s): a freeze
+# must also be shorter than the limit of every subject it runs against, which the runtime checks
+# before any cell runs (the subject's limit is the adapter's, not the evaluator's).
+MAX_FREEZE_MS = 7_200_000
+
+
+class FreezeParams(StrictFrozen):
+    target: Literal["subject"] = "subject"
+    method: Literal["sigstop"] = Field(
+        default="sigstop",
+        description="SIGSTOP to the subject's process group, SIGCONT at release",
+    )
+    duration_ms: int = Field(
+        gt=0,
+        le=MAX_FREEZE_MS,
+        description="how long the subject stays stopped, counted from when the witness first "
+        "saw it stopped; required, and shorter than the subject's own time limit",
+    )
+
+
 register_fault_kind(SANDBOX_RESTART, RestartParams)
 register_fault_kind(LOST_RESPONSE, LostResponseParams)
 register_fault_kind(SIGKILL_MID_TOOL_CALL, SigkillParams)
 register_fault_kind(NETWORK_PARTITION, PartitionParams)
+register_fault_kind(FREEZE, FreezeParams)

@@ -68,10 +68,13 @@ class PairedComparison(Frozen):
 CellOutcomes = dict[str, tuple[str, str, int, int | None]]
 
 
-def cell_outcomes(rows: bytes) -> CellOutcomes | None:
+def cell_outcomes(rows: bytes, strings: dict[str, str] | None = None) -> CellOutcomes | None:
     """The compact per-slot outcomes of a cell-scores file; None for rows written before
-    they carried their slot and task (an older scorecard: regrade it first)."""
+    they carried their slot and task (an older scorecard: regrade it first). `strings`, shared
+    by the subjects of one run, holds each slot id, task id and stratum once: every subject has
+    the same slots, and at a million cells the copies were a fifth of the evaluator's peak."""
     out: CellOutcomes = {}
+    one = {} if strings is None else strings
     for line in rows.splitlines():
         if not line:
             continue
@@ -83,7 +86,13 @@ def cell_outcomes(rows: bytes) -> CellOutcomes | None:
             | (_EXPOSED if r["exposed"] else 0)
             | (_NO_DUP if r["duplicate_effects"] == 0 else 0)
         )
-        out[r["slot_id"]] = (r["task_id"], r["stratum"], flags, r["extra_tool_calls"])
+        slot, task, stratum = r["slot_id"], r["task_id"], r["stratum"]
+        out[one.setdefault(slot, slot)] = (
+            one.setdefault(task, task),
+            one.setdefault(stratum, stratum),
+            flags,
+            r["extra_tool_calls"],
+        )
     return out
 
 

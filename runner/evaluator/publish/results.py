@@ -226,6 +226,7 @@ def _render(
     out: dict[str, SubjectResult] = {}
     cards_json: dict[str, bytes] = {}  # what the statements bind
     outcomes: dict[str, CellOutcomes | None] = {}
+    strings: dict[str, str] = {}  # slot ids, task ids, strata: one copy for every subject
     paired = len(rp.identities.subject_config_hashes) > 1
     for subject, ev in subjects:
         base = f"{RESULTS}/{subject}/"
@@ -250,7 +251,7 @@ def _render(
             del ev
             put(base + CELL_SCORES_FILE, rows)
             if paired:  # the paired tests' compact view, only where a comparison can be
-                outcomes[subject] = cell_outcomes(rows)
+                outcomes[subject] = cell_outcomes(rows, strings)
             del rows
             cards_json[base + "scorecard.json"] = _json(card)
             put(base + "scorecard.json", cards_json[base + "scorecard.json"])

@@ -41,7 +41,11 @@ DEFAULT_MDE = 0.2
 EXACT_TASKS = 20  # 2^20 sign patterns: enumerated; more tasks -> seeded Monte Carlo
 MONTE_CARLO_RESAMPLES = 9_999  # scipy's default; its standard error (<= 0.005) is reported
 BOOTSTRAP_RESAMPLES = 9_999
-BATCH = 1_000  # resamples held at once: memory stays resamples x tasks / 10 at most
+# Resamples held at once: about BATCH_ELEMENTS task indices (and the values they draw), so a
+# bootstrap over 50,000 tasks holds tens of MB, not GBs. The draws are the same whatever the
+# batch (numpy's generator fills a (batch, tasks) block in order), hence so are the bounds.
+BATCH_ELEMENTS = 2_000_000
+MAX_BATCH = 1_000
 PLACES = 6
 
 
@@ -125,7 +129,7 @@ def cluster_mean_interval(
             paired=True,
             vectorized=True,
             n_resamples=BOOTSTRAP_RESAMPLES,
-            batch=BATCH,
+            batch=max(1, min(MAX_BATCH, BATCH_ELEMENTS // len(s))),
             method="percentile",
             confidence_level=CONFIDENCE,
             rng=np.random.default_rng(seed),
@@ -226,7 +230,7 @@ def sign_flip(diffs: Sequence[float], seed: int) -> SignFlip:
             permutation_type="samples",  # one sample: the null flips each task's sign
             vectorized=True,
             n_resamples=MONTE_CARLO_RESAMPLES,
-            batch=BATCH,
+            batch=max(1, min(MAX_BATCH, BATCH_ELEMENTS // t)),
             alternative="two-sided",
             rng=np.random.default_rng(seed),
         )

@@ -44,10 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.evaluator.core.canonical import sha256_digest
-from runner.evaluator.core.errors import EvidenceError
 from runner.evaluator.core.types import Status
-from runner.evaluator.evidence.journal import BLOBS, JOURNALS, read_verified
+from runner.evaluator.evidence.journal import JOURNALS, read_blob, read_verified
 from runner.evaluator.evidence.records import AttemptEnded
 from runner.evaluator.verdict.told import (
     ATTRIBUTION,
@@ -104,10 +102,7 @@ class TruthReader:
         ledger: list[dict[str, Any]] = []
         ended = [r for r in mine if isinstance(r, AttemptEnded)]
         if len(ended) == 1 and ended[0].ledger is not None:
-            data = (self.run_dir / BLOBS / ended[0].ledger.removeprefix("sha256:")).read_bytes()
-            if sha256_digest(data) != ended[0].ledger:
-                raise EvidenceError(f"blob {ended[0].ledger} does not match its address")
-            ledger = ledger_items(data)
+            ledger = ledger_items(read_blob(self.run_dir, ended[0].ledger))
         return derive_cell(mine, ledger, self.irreversible)
 
 

@@ -203,16 +203,7 @@ class TerminalSpill:
         None when they were not derived."""
         if self._truth is None:
             return None
-        files = self._truth.pop(subject_id, [])
-        try:
-            parts = []
-            for fh in files:
-                fh.seek(0)
-                parts.append(fh.read())
-            return b"".join(parts)
-        finally:
-            for fh in files:
-                fh.close()
+        return _read_all(self._truth.pop(subject_id, []))
 
     def lines(self, subject_id: str) -> Iterator[bytes]:
         """A subject's terminal lines (newline-ended) in cell-id order, one at a time (read
@@ -228,16 +219,7 @@ class TerminalSpill:
 
     def jsonl(self, subject_id: str) -> bytes:
         """A subject's terminal lines as one bytes object (read once)."""
-        files = self._files.pop(subject_id, [])
-        try:
-            parts = []
-            for fh in files:
-                fh.seek(0)
-                parts.append(fh.read())
-            return parts[0] if len(parts) == 1 else b"".join(parts)
-        finally:
-            for fh in files:
-                fh.close()
+        return _read_all(self._files.pop(subject_id, []))
 
     def records(self, subject_id: str) -> Iterator[TerminalRecord]:
         """A subject's terminal records in cell-id order, one at a time (read once)."""
@@ -260,6 +242,19 @@ class TerminalSpill:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _read_all(files: list[IO[bytes]]) -> bytes:
+    """The files' bytes, in order, as one bytes object; the files are closed."""
+    try:
+        parts = []
+        for fh in files:
+            fh.seek(0)
+            parts.append(fh.read())
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+    finally:
+        for fh in files:
+            fh.close()
 
 
 def _join(

@@ -71,7 +71,7 @@ class RunServices:
             self._stack.enter_context(naming.hold_run(self.run_id))
             # The service's socket and log are runtime state, not evidence: outside the run dir.
             self.sandboxes = self._stack.enter_context(
-                self.backend.service(self.run_id, paths.PODMAN_ROOT / self.run_id)
+                self.backend.service(self.run_id, paths.SANDBOX_ROOT / self.run_id)
             )
             self.reaper = self._stack.enter_context(Reaper())
             self.evidence = EvidenceStore(self.run_dir)
@@ -99,7 +99,7 @@ class RunServices:
         try:
             self._stack.close()
         finally:
-            shutil.rmtree(paths.PODMAN_ROOT / self.run_id, ignore_errors=True)
+            shutil.rmtree(paths.SANDBOX_ROOT / self.run_id, ignore_errors=True)
             with contextlib.suppress(OSError):  # empty once every ledger is archived
                 (self.run_dir / "destination").rmdir()
             if not self.keep_subject_dirs:

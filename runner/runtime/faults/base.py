@@ -39,12 +39,13 @@ independent of the actuator must read another component than `actuator_component
 Writing a new kind: subclass `FaultPlugin[Params]` (`Params`: the kind's parameter model, as
 registered with the evaluator), set the class attributes, implement `build` (the plugin from an
 attempt's `AttemptResources` and its typed parameters, `resources.py`), `inject` and
-`collect_witness`, and register it in the kind's own module (`registry.py`). Collectors must
-be independent of the actuator (read the runtime's own state: the proxy's byte counts, the
-reaper's wait status, the container runtime's inspect), and must return an observation even
-when they saw nothing -- with the fields that show it -- so that a silent no-op fails the
-contract instead of going missing. Collectors are named from the
-registry in `collectors.py`; the engine stamps `collector` and `component` into each persisted
+`collect_witness`, optionally `check_subject` (parameters that cannot fit a subject's limits,
+refused before any cell runs), and register it in the kind's own module (`registry.py`).
+Collectors must be independent of the actuator (read the runtime's own state: the proxy's
+byte counts, the reaper's wait status, the container runtime's inspect), and must return an
+observation even when they saw nothing -- with the fields that show it -- so that a silent
+no-op fails the contract instead of going missing. Collectors are named from the registry in
+`collectors.py`; the engine stamps `collector` and `component` into each persisted
 observation (a plugin-written label that differs is a harness error).
 
 `plugin.noop()` returns the negative-conformance variant: its actuator does nothing but still
@@ -66,7 +67,7 @@ from runner.evaluator.protocol.faultkinds import FaultKind, injected_kinds
 from runner.evaluator.protocol.spec import Trigger
 from runner.evaluator.protocol.witness import WitnessContract
 from runner.runtime.events import CallEvent, Directive
-from runner.runtime.faults.resources import AttemptResources
+from runner.runtime.faults.resources import AttemptResources, SubjectLimits
 
 
 class WitnessStage(StrEnum):
@@ -139,6 +140,12 @@ class FaultPlugin(ABC, Generic[P]):
         Every registered kind overrides this (`registry.register` refuses one that does not);
         the attempt calls it and never names a kind."""
         raise PluginContractError(f"{cls.__name__} does not say how to build itself (build)")
+
+    @classmethod
+    def check_subject(cls, params: P, limits: SubjectLimits) -> tuple[str, str] | None:
+        """Why this fault cannot run against a subject with these limits, as (parameter, why);
+        None when it can. Checked for every fault and subject before any cell runs (exit 2)."""
+        return None
 
     def arm(self, ctx: FaultContext) -> None:
         """Prepare before the subject starts (e.g. open a collector); must not disturb anything."""

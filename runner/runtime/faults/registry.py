@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from runner.evaluator.protocol.faultkinds import injected_kinds, kind_def
 from runner.runtime.faults.base import FaultPlugin
-from runner.runtime.faults.resources import AttemptResources
+from runner.runtime.faults.resources import AttemptResources, SubjectLimits
 
 _NOT_KINDS = {"base", "collectors", "registry", "resources"}
 
@@ -118,3 +118,16 @@ def build(
     given the kind's typed parameters."""
     make = factory if factory is not None else plugin_for(kind).plugin.build
     return make(resources, typed_parameters(kind, parameters))
+
+
+def check_subject(
+    kind: str, parameters: Mapping[str, Any], limits: SubjectLimits
+) -> tuple[str, str] | None:
+    """(parameter, why) when a fault of `kind` cannot run against a subject with `limits`
+    (the kind's `FaultPlugin.check_subject`); None when it can, or when no plugin acts the kind
+    out (its attempts say so)."""
+    _discover()
+    entry = _PLUGINS.get(kind)
+    if entry is None:
+        return None
+    return entry.plugin.check_subject(typed_parameters(kind, parameters), limits)

@@ -37,6 +37,7 @@ __all__ = [
     "Netns",
     "ProcessRegistry",
     "RuleTable",
+    "SubjectLimits",
     "ToolEndpoint",
 ]
 
@@ -110,6 +111,15 @@ class EffectLedger:
 
     address: tuple[str, int]
     scope_field: str = "scope"
+
+
+@dataclass(frozen=True)
+class SubjectLimits:
+    """What a subject's adapter bounds it by (`SubjectCommand`): a kind may refuse a fault that
+    cannot fit them (`FaultPlugin.check_subject`), before any cell runs."""
+
+    timeout_s: float
+    max_relaunches: int
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,10 @@ from pathlib import Path
 RUN_ROOT = Path("/run/afb")
 LOCK_DIR = RUN_ROOT / "locks"  # one advisory lock per live run (naming.hold_run)
 NETNS_ALLOC_LOCK = LOCK_DIR / "netns-alloc.lock"  # serialises netns index allocation
-PODMAN_ROOT = RUN_ROOT / "podman"  # per-run private podman service socket and log
+# Per-run state of the run's sandbox backend, whichever it is (Podman: its private service's
+# socket, storage and log), named by run id.
+SANDBOX_ROOT = RUN_ROOT / "sandbox"
+LEGACY_PODMAN_ROOT = RUN_ROOT / "podman"  # where runners before 2026-12-07 kept it (swept)
 SUBJECTS_PUBLIC_DIR = RUN_ROOT / "subjects"  # world-readable subject programs (run as nobody)
 SUBJECT_ROOT = Path("/var/tmp/afb-subjects")  # per-run subject state directories
 NETNS_DIR = Path("/var/run/netns")  # where `ip netns` keeps named namespaces

@@ -94,7 +94,7 @@ def harness(backend: registry.Backend, image: str | None = None) -> Iterator[Har
     """The backend's service for one suite run, under a fresh held run id; torn down after."""
     image = image or testimage.ensure_test_image(backend.images())[0]
     run_id = naming.new_run_id()
-    state = paths.PODMAN_ROOT / run_id  # per-run state: `bench sweep` removes it after a crash
+    state = paths.SANDBOX_ROOT / run_id  # per-run state: `bench sweep` removes it after a crash
     h = Harness(backend, run_id, image)
     try:
         with naming.hold_run(run_id), backend.service(run_id, state) as service:
