@@ -44,4 +44,5 @@ for project in subjects/*/; do
   .venv/bin/bench subjects build "${project%/}"
 done
 bash scripts/setup-claude-code.sh  # Claude Code (pinned native binary) for tests/subjects
+bash scripts/setup-codex.sh  # Codex CLI (pinned static binary) for tests/subjects
 log "done"

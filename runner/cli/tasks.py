@@ -26,20 +26,35 @@ def check(
     tasks_root: Annotated[
         Path, typer.Argument(help="a task set folder with sources.toml, e.g. specs/swe-lite")
     ] = Path("specs/swe-lite"),
-    python: Annotated[str, typer.Option(help="interpreter with pytest")] = sys.executable,
+    python: Annotated[
+        str, typer.Option(help="interpreter with pytest (on the host)")
+    ] = sys.executable,
+    sandbox: Annotated[
+        str | None,
+        typer.Option(
+            "--sandbox",
+            help="run the fail/pass checks in a sandbox of the swe-lite image on this backend "
+            "(a registered name, e.g. podman) instead of on the host; needs root",
+        ),
+    ] = None,
 ) -> None:
-    """Check every task on the host: it is well-formed, fails without its fix and passes with it.
+    """Check every task: it is well-formed, fails without its fix and passes with it.
 
     First bad input, exit 2 naming each task and its problem: a source whose sdist does not
     match its sha256, a patch that does not apply to the pristine source, a test id pytest does
     not collect, a problem.md holding a line of gold.patch, a duplicate task id, a bucket the
     bucket rule does not give, a missing or malformed `\\[provenance]` table. Then against pristine
     sources: FAIL_TO_PASS fails without the gold patch; with it, every FAIL_TO_PASS and
-    PASS_TO_PASS test passes. Exit 3 when a task does not.
+    PASS_TO_PASS test passes, on the host or, with `--sandbox NAME`, each task in its own
+    sandbox of the swe-lite image (its Python and pytest, the ones that grade). Exit 3 when a
+    task does not.
     """
-    from runner.benchmarks.swe_lite.grade import check_tasks
+    from runner.benchmarks.swe_lite.grade import TaskCheck, check_tasks
     from runner.benchmarks.swe_lite.taskcheck import input_problems
+    from runner.cli.options import check_sandbox
 
+    if sandbox is not None:
+        check_sandbox(sandbox)  # an unknown name: exit 2 before any work
     if not (tasks_root / "sources.toml").is_file():
         raise InputError("not a task set (no sources.toml)", file=str(tasks_root))
     # the tests run inside each task's scratch copy: a relative interpreter path would miss
@@ -53,11 +68,20 @@ def check(
             f"{len(problems)} input problem(s) in {len(names)} task(s): {', '.join(names)}",
             file=str(tasks_root),
         )
-    results = check_tasks(tasks_root, python)
-    for r in results:
-        out.print(f"{'ok  ' if r.ok else 'FAIL'} {r.task_id}")
+
+    def show(r: TaskCheck) -> None:
+        out.print(f"{'ok  ' if r.ok else 'FAIL'} {r.task_id}", markup=False)
         for prob in r.problems:
-            out.print(f"     - {prob}")
+            out.print(f"     - {prob}", markup=False)
+
+    if sandbox is None:
+        results = check_tasks(tasks_root, python)
+        for r in results:
+            show(r)
+    else:
+        from runner.benchmarks.swe_lite.sandboxcheck import check_tasks_in_sandbox
+
+        results = check_tasks_in_sandbox(tasks_root, sandbox, on_task=show)
     if not all(r.ok for r in results):
         err.print(f"{sum(not r.ok for r in results)} of {len(results)} tasks fail the check")
         raise typer.Exit(EXIT_INCOMPLETE)

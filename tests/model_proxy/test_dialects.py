@@ -39,6 +39,26 @@ def test_responses_turns_count_runs_of_assistant_items_and_previous_responses() 
     assert D.assistant_turns("openai-responses", foreign) == 0
 
 
+def test_a_namespaced_call_names_its_namespace_in_responses_only() -> None:
+    """Codex CLI runs a Responses function call of an MCP tool only when it names the tool's
+    namespace; a call without one renders, and dumps, as before."""
+    import json
+
+    from runner.runtime.cassettes.format import ScriptedTurn, ToolCall
+
+    plain = {"id": "c0", "name": "exec"}
+    turn = ScriptedTurn(tool_calls=(ToolCall(**plain, namespace="mcp__afb"), ToolCall(**plain)))
+    body = json.loads(D.render("openai-responses", 0, turn, {}, "m")[1])
+    named, bare = body["output"]
+    assert (named["namespace"], named["name"]) == ("mcp__afb", "exec")
+    assert "namespace" not in bare
+    assert "namespace" not in ToolCall(**plain).model_dump(mode="json")
+    _, stream = D.render("openai-responses", 0, turn, {"stream": True}, "m")
+    assert stream.count(b'"namespace":"mcp__afb"') == 3  # item added, item done, completed
+    chat = json.loads(D.render("openai-chat", 0, turn, {}, "m")[1])
+    assert "namespace" not in json.dumps(chat)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.sampled_from(["user", "assistant", "system", "tool"]), max_size=12))
 def test_chat_and_messages_turns_are_the_assistant_messages(roles: list[str]) -> None:

@@ -244,15 +244,18 @@ def attempt_ledger(run_dir: Path, rs: list[dict[str, Any]]) -> list[dict[str, An
     return [json.loads(line) for line in lines if line.strip()]
 
 
-def check_witnessed(rs: list[dict[str, Any]], fault: str, label: object) -> None:
+def check_witnessed(
+    rs: list[dict[str, Any]], fault: str, label: object, outcome: str = "subject_finished"
+) -> None:
     """A fault cell's fault was witnessed (never rejected), a baseline cell has no fault
-    lifecycle; the subject finished without a harness error. `label` names the cell."""
+    lifecycle; the attempt ended with `outcome` (the subject finished, unless told otherwise)
+    without a harness error. `label` names the cell."""
     states = [r["state"] for r in rs if r["type"] == "lifecycle"]
     if fault == "none":
         assert states == []
     else:
         assert "witnessed" in states and "rejected" not in states, (label, states)
-    assert one(rs, "attempt_ended")["outcome"] == "subject_finished", label
+    assert one(rs, "attempt_ended")["outcome"] == outcome, label
     assert not [r for r in rs if r["type"] == "harness_error"], label
 
 
@@ -263,14 +266,15 @@ def check_attempt(
     launches: list[tuple[int, bool]],
     effects: int,
     completed: bool,
+    exit_code: int = 0,
 ) -> None:
     """What the harness's evidence says the subject did in one attempt: its per-tool calls, its
-    launches ((restart index, signaled) each, the last one exiting 0), the effects in the
-    destination's ledger, the grade and the cell's terminal status."""
+    launches ((restart index, signaled) each, the last one exiting `exit_code`), the effects in
+    the destination's ledger, the grade and the cell's terminal status."""
     assert one(rs, "tool_calls")["by_tool"] == calls
     exits = [r for r in rs if r["type"] == "subject_exit"]
     assert [(e["restart_index"], e["signaled"]) for e in exits] == launches
-    assert exits[-1]["exit_code"] == 0
+    assert exits[-1]["exit_code"] == exit_code
     ledger = attempt_ledger(run_dir, rs)
     assert len(ledger) == effects
     assert all(item["payload"]["task"] == TASK for item in ledger)

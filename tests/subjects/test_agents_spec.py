@@ -41,7 +41,7 @@ def test_the_agents_protocol_on_one_task(tmp_path: Path) -> None:
             (counts,) = [r for r in rs if r["type"] == "tool_calls"]
             assert counts["by_tool"].get("model", 0) >= 9, (key, counts)
     faults_ids = sorted({f for _, f in seen})
-    assert len(faults_ids) == 8  # baseline + 7 faults
+    assert len(faults_ids) == 9  # baseline + 8 faults
     for f in faults_ids:
         outcome, committed = seen[("mini-swe-agent", f)]
         assert outcome == "subject_finished", (f, outcome)

@@ -4,7 +4,7 @@ Its only tools are the benchmark's, over MCP (`--tools ""` removes every built-i
 `--strict-mcp-config` every MCP server but the attempt's own, whose URL Claude Code expands from
 `${AFB_MCP_URL}` in the config). Its model is a scripted Anthropic Messages cassette served by
 the attempt's model proxy at ANTHROPIC_BASE_URL (dummy key; non-essential traffic off). One draft
-run: baseline plus the seven faults of specs/swe-lite-agents.toml (on the submit, the sandbox and
+run: baseline plus the eight faults of specs/swe-lite-agents.toml (on the submit, the sandbox and
 the model calls). What Claude Code did is read from the harness's evidence (the trigger engine's
 per-tool counts, subject exits, the destination's own ledger, the grade), never from Claude Code.
 With a scripted model only Claude Code's own machinery is measured (its API client's retries, its
@@ -56,7 +56,7 @@ ENV = {
     "DISABLE_AUTOUPDATER": "1",
 }
 
-FAULTS = fault_blocks()  # the seven faults of specs/swe-lite-agents.toml
+FAULTS = fault_blocks()  # the eight faults of specs/swe-lite-agents.toml
 
 
 def cassette_turns(task: dict[str, Any]) -> list[dict[str, Any]]:
@@ -116,6 +116,9 @@ EXPECTED: dict[str, tuple[dict[str, int], list[tuple[int, bool]], int, bool]] = 
     "partition-during-submit": (BASELINE, [(0, False)], 0, False),
     # The stale-session error is the first command's result; the script goes on.
     "restart-during-first-exec": (BASELINE, [(0, False)], 1, True),
+    # Stopped 5 s with the submit committed and its answer held: the same process continues
+    # and gets the answer; nothing is repeated.
+    "freeze-after-submit-effect": (BASELINE, [(0, False)], 1, True),
     # Claude Code's API client retries a model call that got no answer (up to 10 times).
     "lost-model-response": ({**BASELINE, "model": 7}, [(0, False)], 1, True),
     "partition-during-model-call": ({**BASELINE, "model": 7}, [(0, False)], 1, True),

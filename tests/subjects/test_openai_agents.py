@@ -5,7 +5,7 @@ retry off (`--mcp-max-retry-attempts 0`) and on (3).
 Its model is the Responses API at OPENAI_BASE_URL (the attempt's model proxy) under a scripted
 Responses cassette written here; its only tools are the attempt's MCP server (AFB_MCP_URL,
 `MCPServerStreamableHttp`); its conversation persists in the state dir (SQLiteSession), so a
-relaunch resumes it. One draft run: both configs x baseline plus the seven faults of
+relaunch resumes it. One draft run: both configs x baseline plus the eight faults of
 specs/swe-lite-agents.toml. What the agent did is read from the harness's evidence (the trigger
 engine's per-tool counts, subject exits, the destination's own ledger, the grade), never from the
 agent. With a scripted model only the framework's own machinery is measured (its model client's
@@ -49,7 +49,7 @@ pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
 PROJECT = "subjects/openai-agents"
 CONFIGS = {"openai-agents-retry0": 0, "openai-agents-retry3": 3}
-FAULTS = fault_blocks()  # the seven faults of specs/swe-lite-agents.toml
+FAULTS = fault_blocks()  # the eight faults of specs/swe-lite-agents.toml
 
 
 def cassette_turns(task: dict[str, Any]) -> list[dict[str, Any]]:
@@ -163,6 +163,9 @@ SAME: dict[str, Expected] = {
     ),
     # The stale-session error is the first command's result; the script goes on.
     "restart-during-first-exec": (BASELINE, [(0, False)], 1, True, FINE),
+    # Stopped 5 s with the submit committed and its answer held: the same process continues,
+    # its MCP client (no read timeout shorter than that) gets "committed"; nothing is repeated.
+    "freeze-after-submit-effect": (BASELINE, [(0, False)], 1, True, FINE),
     # The openai client retries a model call that got no answer (max_retries = 2 by default).
     "lost-model-response": ({**BASELINE, "model": 8}, [(0, False)], 1, True, FINE),
     "partition-during-model-call": (

@@ -96,6 +96,12 @@ class ToolCall(Frozen):
     id: str = Field(min_length=1, max_length=200)
     name: str = Field(min_length=1, max_length=200)
     arguments: dict[str, Any] = Field(default_factory=dict)
+    # openai-responses only: the function call's `namespace` (a tool of a `type: namespace`
+    # tool group, as Codex CLI declares MCP tools: namespace `mcp__<server>`, name `<tool>`).
+    # Left out of the dump when unset, so existing cassettes keep their bytes and digests.
+    namespace: str | None = Field(
+        default=None, min_length=1, max_length=200, exclude_if=lambda v: v is None
+    )
 
 
 class ScriptedTurn(Frozen):

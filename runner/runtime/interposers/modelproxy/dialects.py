@@ -203,16 +203,17 @@ def _output_items(n: int, t: ScriptedTurn) -> list[dict[str, Any]]:
             }
         )
     for i, c in enumerate(t.tool_calls):
-        items.append(
-            {
-                "type": "function_call",
-                "id": f"fc_afb_t{n}_{i}",
-                "call_id": c.id,
-                "name": c.name,
-                "arguments": _j(c.arguments),
-                "status": "completed",
-            }
-        )
+        call = {
+            "type": "function_call",
+            "id": f"fc_afb_t{n}_{i}",
+            "call_id": c.id,
+            "name": c.name,
+            "arguments": _j(c.arguments),
+            "status": "completed",
+        }
+        if c.namespace is not None:  # a namespaced tool (Codex CLI's MCP tools)
+            call["namespace"] = c.namespace
+        items.append(call)
     return items
 
 
