@@ -10,6 +10,7 @@
 # world-readable (the subject runs as an unprivileged uid) and lands atomically in
 #   /var/lib/afb/claude-code/<version>/bin/claude
 set -euo pipefail
+. "$(dirname "$0")/npm-pinned.sh"
 VERSION=2.1.328
 ROOT=${AFB_CLAUDE_CODE_ROOT:-/var/lib/afb/claude-code}
 DEST="$ROOT/$VERSION"
@@ -33,24 +34,12 @@ if [ -x "$DEST/bin/claude" ] && [ "$("$DEST/bin/claude" --version 2>/dev/null | 
   exit 0
 fi
 
-if ! command -v npm >/dev/null; then
-  log "installing npm"
-  apt-get update -q
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends npm
-fi
-
 mkdir -p "$ROOT"
 chmod 755 "$ROOT"
 tmp=$(mktemp -d "$ROOT/.install-$VERSION.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 log "fetching $PKG@$VERSION (npm pack, the configured registry)"
-(cd "$tmp" && npm pack --silent --ignore-scripts "$PKG@$VERSION" >/dev/null)
-tgz=$(find "$tmp" -maxdepth 1 -name '*.tgz' | head -n 1)
-[ -n "$tgz" ] || { echo "setup-claude-code: npm pack produced no tarball" >&2; exit 1; }
-sum=$(python3 -c 'import base64,hashlib,sys; print("sha512-" + base64.b64encode(hashlib.sha512(open(sys.argv[1], "rb").read()).digest()).decode())' "$tgz")
-[ "$sum" = "$INTEGRITY" ] || { echo "setup-claude-code: $tgz is $sum, pinned $INTEGRITY" >&2; exit 1; }
-tar -xzf "$tgz" -C "$tmp" --no-same-owner
-rm -f "$tgz"
+npm_pinned_fetch setup-claude-code "$PKG@$VERSION" "$INTEGRITY" "$tmp"
 mkdir -p "$tmp/bin"
 ln -s ../package/claude "$tmp/bin/claude"
 chmod -R a+rX "$tmp"

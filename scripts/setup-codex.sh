@@ -11,6 +11,7 @@
 # lands atomically in
 #   /var/lib/afb/codex/<version>/bin/codex
 set -euo pipefail
+. "$(dirname "$0")/npm-pinned.sh"
 VERSION=0.169.0
 ROOT=${AFB_CODEX_ROOT:-/var/lib/afb/codex}
 DEST="$ROOT/$VERSION"
@@ -34,24 +35,12 @@ if [ -x "$DEST/bin/codex" ] && [ "$("$DEST/bin/codex" --version 2>/dev/null)" = 
   exit 0
 fi
 
-if ! command -v npm >/dev/null; then
-  log "installing npm"
-  apt-get update -q
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends npm
-fi
-
 mkdir -p "$ROOT"
 chmod 755 "$ROOT"
 tmp=$(mktemp -d "$ROOT/.install-$VERSION.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 log "fetching $PKG (npm pack, the configured registry; about 170 MB)"
-(cd "$tmp" && npm pack --silent --ignore-scripts "$PKG" >/dev/null)
-tgz=$(find "$tmp" -maxdepth 1 -name '*.tgz' | head -n 1)
-[ -n "$tgz" ] || { echo "setup-codex: npm pack produced no tarball" >&2; exit 1; }
-sum=$(python3 -c 'import base64,hashlib,sys; print("sha512-" + base64.b64encode(hashlib.sha512(open(sys.argv[1], "rb").read()).digest()).decode())' "$tgz")
-[ "$sum" = "$INTEGRITY" ] || { echo "setup-codex: $tgz is $sum, pinned $INTEGRITY" >&2; exit 1; }
-tar -xzf "$tgz" -C "$tmp" --no-same-owner
-rm -f "$tgz"
+npm_pinned_fetch setup-codex "$PKG" "$INTEGRITY" "$tmp"
 # package/vendor/<target triple>/bin/codex (x86_64-unknown-linux-musl, aarch64-unknown-linux-musl)
 bins=("$tmp"/package/vendor/*/bin/codex)
 [ "${#bins[@]}" -eq 1 ] && [ -x "${bins[0]}" ] || { echo "setup-codex: no single vendor/*/bin/codex in $PKG" >&2; exit 1; }

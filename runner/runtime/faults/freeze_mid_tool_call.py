@@ -59,6 +59,7 @@ from runner.runtime.faults.resources import (
     ProcessRegistry,
     SubjectLimits,
     ToolEndpoint,
+    held_call_observation,
 )
 from runner.runtime.host.procs import Subject
 
@@ -367,23 +368,9 @@ class FreezeFault(FaultPlugin[FreezeParams]):
         }
 
     def _call(self, call_id: str, source: str, context: Any) -> dict[str, Any]:
-        if source != "egress_proxy":
-            return {**self.interposer.call_observation(call_id), "source": source}
-        # A proxied tool call: the proxy's exchange record (the engine labels it egress_proxy).
-        found = self.proxy.find_call(call_id, context.get("connection_id")) if self.proxy else None
-        if found is None:
-            return {"source": source, "call_id": "", "seen": False, "in_flight": False}
-        conn, ex = found
-        return {
-            "source": source,
-            "seen": True,
-            "call_id": ex.call_id,
-            "tool": ex.tool,
-            "connection_id": conn.connection_id,
-            "phases": list(ex.phases),
-            "outcome": ex.outcome,
-            "in_flight": ex.outcome == "pending",
-        }
+        # as sigkill's, and a call the proxy never saw reads not in flight either
+        seen = held_call_observation(self.interposer, self.proxy, call_id, source, context)
+        return {"in_flight": False, **seen}
 
 
 register(

@@ -39,6 +39,7 @@ __all__ = [
     "RuleTable",
     "SubjectLimits",
     "ToolEndpoint",
+    "held_call_observation",
 ]
 
 
@@ -134,3 +135,31 @@ class AttemptResources:
     subjects: ProcessRegistry  # a subject's exit: wait on its own handle, never by pid
     netns: Netns
     table: RuleTable
+
+
+def held_call_observation(
+    interposer: ToolEndpoint,
+    proxy: CallRecorder | None,
+    call_id: str,
+    source: str,
+    context: Any,
+) -> dict[str, Any]:
+    """The `interposer_call` observation of a call held in flight (sigkill, freeze): the record
+    of the interposer that carried it, or for a proxied tool call (the engine labels it
+    `egress_proxy`) the proxy's exchange record, found by call id and connection."""
+    if source != "egress_proxy":
+        return {**interposer.call_observation(call_id), "source": source}
+    found = proxy.find_call(call_id, context.get("connection_id")) if proxy else None
+    if found is None:
+        return {"source": source, "call_id": "", "seen": False}
+    conn, ex = found
+    return {
+        "source": source,
+        "seen": True,
+        "call_id": ex.call_id,
+        "tool": ex.tool,
+        "connection_id": conn.connection_id,
+        "phases": list(ex.phases),
+        "outcome": ex.outcome,
+        "in_flight": ex.outcome == "pending",
+    }
