@@ -45,6 +45,12 @@ def not_a_fix(gold: str) -> str:
     )
 
 
+def check(root: Path, backend: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    bench = Path(sys.executable).parent / "bench"
+    argv = [str(bench), "tasks", "check", str(root), "--sandbox", backend]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+
+
 def test_sandbox_check_passes_a_task_and_fails_a_non_fix(tmp_path: Path) -> None:
     root = tmp_path / "tasks"
     root.mkdir()
@@ -55,13 +61,7 @@ def test_sandbox_check_passes_a_task_and_fails_a_non_fix(tmp_path: Path) -> None
     toml = (broken / "task.toml").read_text()
     (broken / "task.toml").write_text(toml.replace(f'id = "{TASK}"', 'id = "idna-not-a-fix"', 1))
     (broken / "gold.patch").write_text(not_a_fix((broken / "gold.patch").read_text()))
-    bench = Path(sys.executable).parent / "bench"
-    proc = subprocess.run(
-        [str(bench), "tasks", "check", str(root), "--sandbox", "podman"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    proc = check(root, "podman", timeout=900)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert f"ok   {TASK}" in lines, proc.stdout
@@ -70,14 +70,8 @@ def test_sandbox_check_passes_a_task_and_fails_a_non_fix(tmp_path: Path) -> None
     assert "1 of 2 tasks fail the check" in proc.stderr, proc.stderr
 
 
-def test_unknown_sandbox_backend_is_named_before_any_work(tmp_path: Path) -> None:
-    bench = Path(sys.executable).parent / "bench"
-    proc = subprocess.run(
-        [str(bench), "tasks", "check", str(TASKS_ROOT), "--sandbox", "nope"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def test_unknown_sandbox_backend_is_named_before_any_work() -> None:
+    proc = check(TASKS_ROOT, "nope", timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "--sandbox 'nope': no such sandbox backend; registered: podman" in proc.stderr
     assert "Traceback" not in proc.stderr
