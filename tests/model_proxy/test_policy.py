@@ -374,3 +374,18 @@ def test_the_declared_policy_must_match_the_cassettes() -> None:
             check_policy(cassette("careful"), source="f.json", model_tools=frozenset({"bash"}),
                          spec_tools=tools, declared=declared)  # fmt: skip
         assert exc.value.key == "policy" and "'careful'" in exc.value.message
+
+
+def test_a_reaction_served_again_keeps_every_field_of_its_calls() -> None:
+    # A reaction's call ids get the turn number; its namespace (Codex CLI runs a Responses call
+    # of an MCP tool only when it names the tool's namespace) and arguments must survive that.
+    from runner.runtime.cassettes import policy
+    from runner.runtime.cassettes.format import ScriptedTurn, ToolCall
+
+    call = ToolCall(id="status", name="submission_status", arguments={"a": 1}, namespace="mcp__afb")
+    (again,) = policy._suffixed(ScriptedTurn(tool_calls=(call,)), 7).tool_calls
+    assert again == call.model_copy(update={"id": "status-t7"})
+    assert (again.namespace, again.arguments) == ("mcp__afb", {"a": 1})
+    plain = ToolCall(id="s", name="submit_patch")
+    (bare,) = policy._suffixed(ScriptedTurn(tool_calls=(plain,)), 2).tool_calls
+    assert "namespace" not in bare.model_dump(mode="json")

@@ -70,7 +70,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from runner.evaluator.core.errors import InputError
 from runner.evaluator.core.types import Frozen
-from runner.runtime.cassettes.format import ScriptedTurn, ToolCall, where
+from runner.runtime.cassettes.format import ScriptedTurn, where
 
 ResultClass = Literal["ok", "error", "transport", "none"]
 StatusClass = Literal["committed", "not_committed", "unknown", "none"]
@@ -519,10 +519,9 @@ def _suffixed(turn: ScriptedTurn, n: int) -> ScriptedTurn:
     """A reaction turn may be served more than once: its call ids get the turn number."""
     if not turn.tool_calls:
         return turn
-    calls = tuple(
-        ToolCall.model_construct(id=f"{c.id}-t{n}", name=c.name, arguments=c.arguments)
-        for c in turn.tool_calls
-    )
+    # a copy keeps every field of the call (a Responses `namespace` among them: Codex runs a
+    # reaction's call only when it names its tool's namespace)
+    calls = tuple(c.model_copy(update={"id": f"{c.id}-t{n}"}) for c in turn.tool_calls)
     return turn.model_copy(update={"tool_calls": calls})
 
 
