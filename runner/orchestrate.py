@@ -132,11 +132,7 @@ class RunOptions:
                 "--sandbox chooses a local run's backend; a cluster's workers choose their own "
                 "(bench worker --sandbox NAME)"
             )
-        if self.sandbox_backend not in registry.registered():
-            raise InputError(
-                f"--sandbox {self.sandbox_backend!r}: no such sandbox backend; registered: "
-                + ", ".join(registry.registered())
-            )
+        registry.require(self.sandbox_backend)
         if self.keep_subject_dirs and self.cluster is not None:
             raise InputError(
                 "--keep-subject-dirs keeps a local run's directories: not with --cluster"

@@ -54,12 +54,7 @@ def check_sandbox(name: str) -> str:
     """A registered sandbox backend's name, else exit 2 listing the registered ones."""
     from runner.runtime.sandbox import registry
 
-    if name not in registry.registered():
-        raise InputError(
-            f"--sandbox {name!r}: no such sandbox backend; registered: "
-            + ", ".join(registry.registered())
-        )
-    return name
+    return registry.require(name)
 
 
 MAX_JOBS = 8

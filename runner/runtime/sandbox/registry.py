@@ -133,6 +133,18 @@ def backend(name: str = DEFAULT) -> Backend:
         ) from None
 
 
+def require(name: str) -> str:
+    """`name` if a backend is registered under it, else the input error `--sandbox` reports
+    (exit 2, listing the registered ones): one check for run, worker and tasks check."""
+    from runner.evaluator.core.errors import InputError
+
+    if name not in registered():
+        raise InputError(
+            f"--sandbox {name!r}: no such sandbox backend; registered: " + ", ".join(registered())
+        )
+    return name
+
+
 def service_roles() -> frozenset[str]:
     """The process roles of every backend's service (sweep SIGTERMs them before killing)."""
     return frozenset(b.service_role for b in map(backend, registered()) if b.service_role)
